@@ -1,0 +1,145 @@
+"""Build single and vectorised environments from a small, picklable description.
+
+The same `EnvSpec` travels to subprocesses and Ray actors, so every sampler builds its
+environments the same way and seeds environment `i` of the whole run with `seed + i`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
+
+VECTORIZATION_MODES = ("auto", "native", "sync")
+API_MODES = ("auto", "gymnasium", "old_gym")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What to build: a registered id or a class by import path, plus how to vectorise it."""
+
+    id: str | None = None
+    entry_point: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    api: str = "auto"
+    vectorization: str = "auto"
+    max_episode_steps: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.id or self.entry_point.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+
+
+def resolve_env_spec(
+    id: str | None = None,
+    entry_point: str | None = None,
+    kwargs: dict | None = None,
+    api: str = "auto",
+    vectorization: str = "auto",
+    max_episode_steps: int | None = None,
+    **_ignored,
+) -> EnvSpec:
+    """Turn the `env` config group into an EnvSpec (extra keys such as `name` are ignored)."""
+    return EnvSpec(
+        id=id,
+        entry_point=entry_point,
+        kwargs=dict(kwargs or {}),
+        api=api,
+        vectorization=vectorization,
+        max_episode_steps=max_episode_steps,
+    )
+
+
+def import_object(path: str):
+    """Import `package.module:Name` or `package.module.Name`."""
+    if ":" in path:
+        module_name, _, attr = path.partition(":")
+    else:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ImportError(f"'{path}' is not an import path like 'package.module:ClassName'")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError as err:
+        raise ImportError(f"module '{module_name}' has no attribute '{attr}'") from err
+
+
+def check_env_exists(spec: EnvSpec) -> str | None:
+    """Return a one-line problem description, or None when the environment can be built."""
+    if spec.entry_point:
+        try:
+            import_object(spec.entry_point)
+        except Exception as err:  # import errors of user code take many forms
+            return f"env.entry_point: cannot import '{spec.entry_point}' ({err})"
+        return None
+    if not spec.id:
+        return "env: give either env.id (a registered Gymnasium id) or env.entry_point (a class)"
+    try:
+        gym.spec(spec.id)
+    except gym.error.Error as err:
+        return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({_first_line(err)})"
+    return None
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def make_env(spec: EnvSpec) -> gym.Env:
+    """One Gymnasium environment, adapted from the old gym API when needed."""
+    if spec.entry_point:
+        env_cls = import_object(spec.entry_point)
+        env = env_cls(**spec.kwargs)
+        env = _adapt_api(env, spec.api)
+        if spec.max_episode_steps:
+            env = gym.wrappers.TimeLimit(env, max_episode_steps=spec.max_episode_steps)
+        return env
+    extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
+    env = gym.make(spec.id, disable_env_checker=True, **extra, **spec.kwargs)
+    return _adapt_api(env, spec.api) if spec.api == "old_gym" else env
+
+
+def _adapt_api(env, api: str):
+    if api == "gymnasium":
+        return env
+    if api == "old_gym" or (not isinstance(env, gym.Env) and looks_like_old_gym(env)):
+        return OldGymAdapter(env)
+    return env
+
+
+def has_native_vector_env(spec: EnvSpec) -> bool:
+    if spec.entry_point or spec.api == "old_gym":
+        return False
+    return gym.spec(spec.id).vector_entry_point is not None
+
+
+def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
+    """A vector env of `num_envs` copies; the caller resets it with `env_seeds(...)`.
+
+    Both kinds use Gymnasium's next-step autoreset: the step after an episode ends is a
+    reset step whose action is ignored (the rollout marks it invalid).
+    """
+    if vector_mode(spec) == "native":
+        extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
+        return gym.make_vec(
+            spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
+        )
+    return gym.vector.SyncVectorEnv([lambda: make_env(spec) for _ in range(num_envs)])
+
+
+def vector_mode(spec: EnvSpec) -> str:
+    if spec.vectorization != "auto":
+        return spec.vectorization
+    return "native" if has_native_vector_env(spec) else "sync"
+
+
+def env_seeds(spec: EnvSpec, num_envs: int, first_seed: int):
+    """Seed argument for `reset`: one seed per environment, or one for a native env's shared RNG."""
+    seeds = [int(first_seed) + i for i in range(num_envs)]
+    return seeds if vector_mode(spec) == "sync" else seeds[0]

@@ -1,0 +1,1 @@
+"""Learners: losses, advantage estimation and the update step of each algorithm."""

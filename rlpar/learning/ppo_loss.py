@@ -1,0 +1,34 @@
+"""PPO's loss pieces as small functions, each testable on its own."""
+
+from __future__ import annotations
+
+import torch
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float):
+    """Negative clipped surrogate, plus the fraction of samples the clip was active on."""
+    ratio = (logp - old_logp).exp()
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
+    loss = -torch.minimum(unclipped, clipped).mean()
+    clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
+    return loss, clip_fraction
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor, clip: float | None):
+    """Half squared error; with `clip`, the pessimistic PPO2 clipped variant."""
+    unclipped = (values - returns).pow(2)
+    if clip is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * torch.maximum(unclipped, (clipped_values - returns).pow(2)).mean()
+
+
+def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
+    """Low-variance estimator of KL(old || new) (Schulman's k3)."""
+    log_ratio = logp - old_logp
+    return ((log_ratio.exp() - 1.0) - log_ratio).mean()
+
+
+def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    return (x - x.mean()) / (x.std() + eps) if x.numel() > 1 else x - x.mean()

@@ -1,0 +1,1 @@
+"""Where metrics go: metrics.jsonl, TensorBoard, optionally W&B, and the console."""

@@ -1,0 +1,60 @@
+"""A live progress line on a terminal, a line every few seconds otherwise, and the final summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 60}:{seconds % 60:02d}" if seconds < 3600 else f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _fmt_return(value) -> str:
+    return "   n/a" if value is None else f"{value:8.1f}"
+
+
+class ProgressLine:
+    def __init__(self, total_steps: int, stream=None, every_s: float = 5.0, enabled: bool = True):
+        self.total_steps = total_steps
+        self.stream = stream or sys.stdout
+        self.interactive = self.stream.isatty()
+        self.every_s = every_s
+        self.enabled = enabled
+        self._last = 0.0
+
+    def update(self, metrics: dict) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        finished = metrics["env_steps"] >= self.total_steps
+        if not self.interactive and now - self._last < self.every_s and not finished:
+            return
+        self._last = now
+        steps, fps = metrics["env_steps"], metrics["fps"]
+        eta = (self.total_steps - steps) / fps if fps > 0 else 0.0
+        pct = 100.0 * min(steps / self.total_steps, 1.0)
+        line = (
+            f"[{pct:5.1f}%] it {metrics['iteration']:>5}  steps {steps:>10,}  fps {fps:>9,.0f}  "
+            f"return {_fmt_return(metrics['episode_return_mean'])}  "
+            f"elapsed {_fmt_duration(metrics['wall_time_s'])}  eta {_fmt_duration(eta)}"
+        )
+        if self.interactive:
+            self.stream.write("\r" + line + ("\n" if finished else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def summary(self, metrics: dict, run_dir: str) -> None:
+        if not metrics:
+            return
+        if self.interactive:
+            self.stream.write("\n")
+        self.stream.write(
+            f"done: {metrics['env_steps']:,} steps in {metrics['wall_time_s']:.1f} s "
+            f"({metrics['env_steps'] / max(metrics['wall_time_s'], 1e-9):,.0f} steps/s), "
+            f"{metrics['episodes']} episodes, return {_fmt_return(metrics['episode_return_mean']).strip()} "
+            f"(best {_fmt_return(metrics.get('episode_return_best_mean')).strip()}) -> {run_dir}\n"
+        )
+        self.stream.flush()

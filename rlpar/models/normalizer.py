@@ -1,0 +1,35 @@
+"""Running observation statistics kept as module buffers, so they travel with the weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class ObservationNormalizer(nn.Module):
+    """Running mean/variance of raw observations (identity statistics when disabled).
+
+    Statistics change only in the learner, between rounds, never during a rollout, so every
+    worker of a round normalises with the same numbers (see NumpyPolicy.normalize).
+    """
+
+    def __init__(self, dim: int, enabled: bool, epsilon: float = 1e-4):
+        super().__init__()
+        self.enabled = enabled
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
+
+    def update(self, batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: int) -> None:
+        """Merge a batch's moments (parallel-variance formula)."""
+        if not self.enabled or batch_count == 0:
+            return
+        mean, var, count = self.mean.numpy(), self.var.numpy(), float(self.count)
+        delta = batch_mean - mean
+        total = count + batch_count
+        new_mean = mean + delta * batch_count / total
+        m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
+        self.mean.copy_(torch.from_numpy(new_mean))
+        self.var.copy_(torch.from_numpy(m2 / total))
+        self.count.fill_(total)

@@ -1,0 +1,91 @@
+"""The acting copy of the policy, in numpy.
+
+Workers only run forward passes on a handful of observations at a time; at that size numpy
+is several times faster per step than torch here, and workers need not import torch at all
+(which makes subprocess and Ray-actor start-up cheap). It reads the torch module's state dict,
+so the two must describe the same layers: `actor.{i}`/`critic.{i}` Linear layers of an MLP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlpar.models.spec import PolicySpec
+
+LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+_ACTIVATIONS = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "elu": lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),
+}
+
+
+def _layers(weights: dict, prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    indices = sorted({int(k.split(".")[1]) for k in weights if k.startswith(prefix + ".") and k.endswith(".weight")})
+    return [
+        (np.ascontiguousarray(weights[f"{prefix}.{i}.weight"].T, dtype=np.float32), np.asarray(weights[f"{prefix}.{i}.bias"], np.float32))
+        for i in indices
+    ]
+
+
+class NumpyPolicy:
+    def __init__(self, spec: PolicySpec, clip_obs: float = 10.0, epsilon: float = 1e-8):
+        self.spec = spec
+        self.discrete = spec.action.discrete
+        self.activation = _ACTIVATIONS[spec.activation]
+        self.clip_obs, self.epsilon = clip_obs, epsilon
+        self.actor: list = []
+        self.critic: list = []
+        self.obs_mean = np.zeros(spec.obs_dim, np.float32)
+        self.obs_inv_std = np.ones(spec.obs_dim, np.float32)
+        self.log_std = np.zeros(spec.action.size, np.float32)
+
+    def set_weights(self, weights: dict) -> None:
+        self.actor = _layers(weights, "actor")
+        self.critic = _layers(weights, "critic")
+        if self.spec.normalize_obs:
+            self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
+            var = np.asarray(weights["obs_normalizer.var"], np.float64)
+            self.obs_inv_std = (1.0 / np.sqrt(var + self.epsilon)).astype(np.float32)
+        if not self.discrete:
+            self.log_std = np.asarray(weights["log_std"], np.float32)
+
+    def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
+        if not self.spec.normalize_obs:
+            return raw_obs
+        return np.clip((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs, self.clip_obs)
+
+    def _mlp(self, layers, x: np.ndarray) -> np.ndarray:
+        last = len(layers) - 1
+        for i, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if i < last:
+                x = self.activation(x)
+        return x
+
+    def value(self, obs: np.ndarray) -> np.ndarray:
+        return self._mlp(self.critic, obs)[:, 0]
+
+    def act(self, obs: np.ndarray, noise: np.ndarray | None):
+        """Actions, log-probabilities and values for normalised observations.
+
+        Randomness comes only from `noise` (uniforms for categorical, standard normals for
+        Gaussian), one row per environment; `noise=None` acts greedily.
+        """
+        out = self._mlp(self.actor, obs)
+        values = self.value(obs)
+        if self.discrete:
+            shifted = out - out.max(axis=1, keepdims=True)
+            logp_all = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+            if noise is None:
+                actions = logp_all.argmax(axis=1)
+            else:
+                cdf = np.cumsum(np.exp(logp_all), axis=1)
+                actions = np.minimum((noise[:, None] > cdf).sum(axis=1), out.shape[1] - 1)
+            logp = logp_all[np.arange(len(actions)), actions]
+            return actions, logp.astype(np.float32), values
+        if noise is None:
+            return out, np.zeros(len(obs), np.float32), values
+        actions = out + np.exp(self.log_std) * noise
+        logp = (-0.5 * np.square(noise) - self.log_std - LOG_SQRT_2PI).sum(axis=1)
+        return actions.astype(np.float32), logp.astype(np.float32), values

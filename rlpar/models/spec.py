@@ -1,0 +1,27 @@
+"""A picklable description of the policy network, importable without torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlpar.envs.spaces import ActionInfo
+
+ACTIVATIONS = ("tanh", "relu", "elu")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """Everything needed to rebuild the same network in another process."""
+
+    obs_dim: int
+    action: ActionInfo
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    normalize_obs: bool = False
+    init_log_std: float = 0.0
+
+    def build(self):
+        """The trainable torch module (learner side)."""
+        from rlpar.models.actor_critic import ActorCritic
+
+        return ActorCritic(self)

@@ -1,0 +1,74 @@
+"""Turn a validated config into a Trainer, instantiating each part through its `_target_`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from rlpar.config.validate import ConfigError
+from rlpar.envs.factory import make_env, resolve_env_spec
+from rlpar.envs.spaces import describe_action_space, observation_dim
+from rlpar.logging.progress import ProgressLine
+from rlpar.models.spec import PolicySpec
+from rlpar.runtime.trainer import Trainer
+
+# Keys of the algo group that describe the sampler and the network, not the learner.
+ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length", "model")
+
+
+def probe_policy_spec(env_spec, model_cfg: dict) -> PolicySpec:
+    """Build one environment to read its spaces, and describe the matching network."""
+    env = make_env(env_spec)
+    try:
+        obs_dim = observation_dim(env.observation_space)
+        action = describe_action_space(env.action_space)
+    except TypeError as err:
+        raise ConfigError([f"env: {err}"]) from err
+    finally:
+        env.close()
+    model_cfg = dict(model_cfg)
+    model_cfg["hidden_sizes"] = tuple(model_cfg.get("hidden_sizes", (64, 64)))
+    return PolicySpec(obs_dim=obs_dim, action=action, **model_cfg)
+
+
+def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
+    container = OmegaConf.to_container(cfg, resolve=True)
+    run_dir = Path(container["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(container["hardware"]["torch_threads"])
+    env_spec = resolve_env_spec(**container["env"])
+    algo = container["algo"]
+    policy_spec = probe_policy_spec(env_spec, algo["model"])
+
+    make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
+    sampler = make_sampler(
+        env_spec=env_spec,
+        policy_spec=policy_spec,
+        num_workers=container["workers"],
+        envs_per_worker=container["envs_per_worker"],
+        rollout_length=algo["rollout_length"],
+        seed=container["seed"],
+    )
+    learner_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
+    learner = instantiate(learner_cfg, _partial_=True, _convert_="all")(
+        policy_spec=policy_spec,
+        total_steps=container["total_steps"],
+        seed=container["seed"],
+        device=container["hardware"]["device"],
+    )
+    logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_dir=str(run_dir), config=container)
+    checkpointer = instantiate(cfg.checkpoint, _partial_=True, _convert_="all")(run_dir=str(run_dir))
+    show = container.get("progress", True) if progress is None else progress
+    return Trainer(
+        sampler=sampler,
+        learner=learner,
+        env_spec=env_spec,
+        total_steps=container["total_steps"],
+        seed=container["seed"],
+        logger=logger,
+        checkpointer=checkpointer,
+        progress=ProgressLine(container["total_steps"], enabled=show),
+    )

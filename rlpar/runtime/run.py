@@ -1,0 +1,74 @@
+"""`run(cfg)`: the whole job behind `python main.py`, callable from tests and sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import json
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from rlpar.config.validate import validate_config
+from rlpar.runtime.build import build_trainer
+from rlpar.runtime.checkpoint import latest_valid_checkpoint
+
+
+def resolved_config(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def run(cfg: DictConfig) -> dict:
+    """Validate, build, train to `total_steps` (resuming if asked), evaluate; return final metrics."""
+    validate_config(cfg)
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "config.yaml", "w") as handle:
+        yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
+    checkpoint = None
+    if cfg.get("resume"):
+        checkpoint = latest_valid_checkpoint(cfg.resume)[1]
+        _truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
+    trainer = build_trainer(cfg)
+    try:
+        if checkpoint is not None:
+            trainer.restore(checkpoint)
+        final = trainer.fit()
+        if cfg.get("eval_episodes", 0):
+            final = {**final, **trainer.evaluate(cfg.eval_episodes)}
+        if trainer.logger is not None:
+            trainer.logger.log_hparams(_flat_hparams(resolved_config(cfg)), final)
+        if trainer.progress is not None:
+            trainer.progress.summary(final, str(run_dir))
+        return final
+    finally:
+        trainer.close()
+
+
+def _truncate_metrics(path: Path, iteration: int) -> None:
+    """Drop rows logged after the checkpoint we resume from, so no iteration appears twice."""
+    if not path.exists():
+        return
+
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if row.get("iteration", 0) <= iteration:
+            kept.append(line)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    tmp.replace(path)
+
+
+def _flat_hparams(config: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flat_hparams(value, name + "."))
+        elif key not in ("_target_",) and not name.startswith(("hydra", "logger")):
+            flat[name] = value
+    return flat

@@ -1,0 +1,153 @@
+"""The training loop: weights -> sampler -> batch -> learner -> weights, with bookkeeping.
+
+Usable from Python as well as from `main.py`:
+
+    trainer = build_trainer(cfg)
+    metrics = trainer.train()      # one iteration
+    path = trainer.save()
+    trainer.restore(path)
+    trainer.evaluate()
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
+from rlpar.runtime.episode_stats import EpisodeStats
+from rlpar.runtime.evaluation import evaluate_policy
+
+
+class Trainer:
+    def __init__(
+        self,
+        *,
+        sampler,
+        learner,
+        env_spec,
+        total_steps: int,
+        seed: int,
+        logger=None,
+        checkpointer: Checkpointer | None = None,
+        progress=None,
+        return_window: int = 20,
+    ):
+        self.sampler = sampler
+        self.learner = learner
+        self.env_spec = env_spec
+        self.total_steps = total_steps
+        self.seed = seed
+        self.logger = logger
+        self.checkpointer = checkpointer
+        self.progress = progress
+        self.episodes = EpisodeStats(return_window)
+        self.iteration = 0
+        self.env_steps = 0
+        self.wall_time_offset = 0.0  # training time before a restore
+        self._clock_start: float | None = None
+        self.last_metrics: dict = {}
+
+    @property
+    def done(self) -> bool:
+        return self.env_steps >= self.total_steps
+
+    def wall_time(self) -> float:
+        if self._clock_start is None:
+            return self.wall_time_offset
+        return self.wall_time_offset + time.perf_counter() - self._clock_start
+
+    def train(self) -> dict:
+        """Run one iteration and return its metrics (also logged and checkpointed if due)."""
+        if self._clock_start is None:
+            self._clock_start = time.perf_counter()
+        start = time.perf_counter()
+        weights = self.learner.get_weights()
+        fetched = time.perf_counter()
+        batch = self.sampler.sample(weights, self.learner.version)
+        sampled = time.perf_counter()
+        learn_metrics = self.learner.update(batch)
+        learned = time.perf_counter()
+
+        self.iteration += 1
+        self.env_steps += batch.num_steps
+        self.episodes.add(batch.episode_returns, batch.episode_lengths)
+        iteration_s = learned - start
+        sampler_metrics = self.sampler.metrics()
+        sampler_metrics["time_weight_sync_s"] = sampler_metrics.get("time_weight_sync_s", 0.0) + fetched - start
+        metrics = {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time(), 4),
+            "fps": batch.num_steps / iteration_s,
+            "episodes": self.episodes.episodes,
+            "episode_return_mean": self.episodes.mean_return,
+            "episode_length_mean": self.episodes.mean_length,
+            "episode_return_best_mean": self.episodes.best_mean,
+            "episodes_this_iter": len(batch.episode_returns),
+            "time_iteration_s": iteration_s,
+            "time_learn_s": learned - sampled,
+            **sampler_metrics,
+            **learn_metrics,
+            "policy_lag": self.learner.version - 1 - batch.policy_version,
+        }
+        self.last_metrics = metrics
+        if self.logger is not None:
+            self.logger.log(metrics)
+        if self.progress is not None:
+            self.progress.update(metrics)
+        if self.checkpointer is not None and self.checkpointer.due(self.iteration):
+            self.save()
+        return metrics
+
+    def fit(self) -> dict:
+        """Train until `total_steps`, then checkpoint; returns the last iteration's metrics."""
+        while not self.done:
+            self.train()
+        if self.checkpointer is not None and not self.checkpointer.due(self.iteration):
+            self.save()
+        return self.last_metrics
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "format": 1,
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time_s": self.wall_time(),
+            "episodes": self.episodes.state_dict(),
+            "learner": self.learner.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def save(self) -> Path:
+        if self.checkpointer is None:
+            raise RuntimeError("this trainer has no checkpointer")
+        return self.checkpointer.save(self.state_dict(), self.iteration)
+
+    def restore(self, path_or_state) -> None:
+        state = path_or_state if isinstance(path_or_state, dict) else load_checkpoint(path_or_state)
+        self.learner.load_state_dict(state["learner"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.episodes.load_state_dict(state["episodes"])
+        self.iteration = int(state["iteration"])
+        self.env_steps = int(state["env_steps"])
+        self.wall_time_offset = float(state["wall_time_s"])
+        self._clock_start = None
+        torch.set_rng_state(state["torch_rng"])
+
+    # -- evaluation -------------------------------------------------------------------------
+    def evaluate(self, num_episodes: int = 10) -> dict:
+        return evaluate_policy(
+            self.learner.get_weights(),
+            policy_spec=self.learner.model.spec,
+            env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + 10_000
+        )
+
+    def close(self) -> None:
+        self.sampler.close()
+        if self.logger is not None:
+            self.logger.close()

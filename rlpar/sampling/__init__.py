@@ -1,0 +1,1 @@
+"""Samplers: the same rollout worker run in-process, in subprocesses or on Ray actors."""

@@ -1,0 +1,52 @@
+"""`parallel=local`: every environment in the learner's own process, no Ray, no subprocesses."""
+
+from __future__ import annotations
+
+import time
+
+from rlpar.envs.factory import EnvSpec
+from rlpar.models.actor_critic import PolicySpec
+from rlpar.sampling.base import Sampler
+from rlpar.sampling.batch import Batch
+from rlpar.sampling.rollout import RolloutWorker
+
+
+class LocalSampler(Sampler):
+    def __init__(
+        self,
+        *,
+        env_spec: EnvSpec,
+        policy_spec: PolicySpec,
+        num_workers: int,
+        envs_per_worker: int,
+        rollout_length: int,
+        seed: int,
+        **_unused_by_local,
+    ):
+        self.num_envs = num_workers * envs_per_worker
+        self.worker = RolloutWorker(
+            env_spec=env_spec,
+            policy_spec=policy_spec,
+            num_envs=self.num_envs,
+            rollout_length=rollout_length,
+            seed=seed,
+        )
+        self._timings: dict = {}
+
+    def sample(self, weights: dict, version: int) -> Batch:
+        start = time.perf_counter()
+        self.worker.set_weights(weights, version)
+        synced = time.perf_counter()
+        batch = self.worker.sample()
+        self._timings = {
+            "time_weight_sync_s": synced - start,
+            "time_sample_s": time.perf_counter() - synced,
+            "time_transfer_s": 0.0,
+        }
+        return batch
+
+    def metrics(self) -> dict:
+        return {**self._timings, "live_workers": 1, "num_nodes": 1}
+
+    def close(self) -> None:
+        self.worker.close()

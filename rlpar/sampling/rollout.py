@@ -1,0 +1,119 @@
+"""The rollout worker: a vector env plus a CPU copy of the policy. Every sampler runs this.
+
+Environment `i` of the whole run is seeded with `seed + i` and draws its action noise from its
+own generator, so a worker owning environments [k, k + n) produces exactly the columns
+[k, k + n) of the batch a single worker owning all of them would produce.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlpar.envs.factory import EnvSpec, env_seeds, make_vector_env
+from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
+from rlpar.models.numpy_policy import NumpyPolicy
+from rlpar.models.spec import PolicySpec
+from rlpar.sampling.batch import Batch
+
+NOISE_STREAM = 1  # separates action-noise seeds from environment seeds
+
+
+class RolloutWorker:
+    def __init__(
+        self,
+        *,
+        env_spec: EnvSpec,
+        policy_spec: PolicySpec,
+        num_envs: int,
+        rollout_length: int,
+        seed: int,
+        first_env_index: int = 0,
+    ):
+        self.num_envs = num_envs
+        self.rollout_length = rollout_length
+        self.policy_spec = policy_spec
+        self.policy = NumpyPolicy(policy_spec)
+        self.policy_version = 0
+        self.action_mapper = ActionMapper(policy_spec.action)
+        self.venv = make_vector_env(env_spec, num_envs)
+        self.flatten = flatten_observation_fn(self.venv.single_observation_space)
+        first_seed = seed + first_env_index
+        raw_obs, _ = self.venv.reset(seed=env_seeds(env_spec, num_envs, first_seed))
+        self.raw_obs = self.flatten(raw_obs)
+        self.noise_rngs = [
+            np.random.default_rng([seed, NOISE_STREAM, first_env_index + i]) for i in range(num_envs)
+        ]
+        # True where the previous step ended an episode, so this step is Gymnasium's autoreset.
+        self.autoreset_pending = np.zeros(num_envs, dtype=bool)
+        self.episode_return = np.zeros(num_envs, dtype=np.float64)
+        self.episode_length = np.zeros(num_envs, dtype=np.int64)
+
+    def set_weights(self, weights: dict, version: int) -> None:
+        self.policy.set_weights(weights)
+        self.policy_version = version
+
+    def _draw_noise(self) -> np.ndarray:
+        T, action = self.rollout_length, self.policy_spec.action
+        if action.discrete:
+            return np.stack([g.random(T) for g in self.noise_rngs], axis=1)
+        return np.stack([g.standard_normal((T, action.size)) for g in self.noise_rngs], axis=1).astype(np.float32)
+
+    def sample(self) -> Batch:
+        T, N = self.rollout_length, self.num_envs
+        act = self.policy_spec.action
+        obs_buf = np.empty((T, N, self.policy_spec.obs_dim), np.float32)
+        raw_sum = np.zeros(self.policy_spec.obs_dim, np.float64)
+        raw_sq = np.zeros(self.policy_spec.obs_dim, np.float64)
+        actions_buf = np.empty((T, N) if act.discrete else (T, N, act.size), np.int64 if act.discrete else np.float32)
+        logp_buf = np.empty((T, N), np.float32)
+        values_buf = np.empty((T, N), np.float32)
+        rewards_buf = np.empty((T, N), np.float32)
+        term_buf = np.empty((T, N), bool)
+        trunc_buf = np.empty((T, N), bool)
+        valid_buf = np.empty((T, N), bool)
+        noise = self._draw_noise()
+        returns, lengths = [], []
+        normalize = self.policy.normalize
+        for t in range(T):
+            obs = normalize(self.raw_obs)
+            obs_buf[t] = obs
+            raw_sum += self.raw_obs.sum(0)
+            raw_sq += np.square(self.raw_obs, dtype=np.float64).sum(0)
+            actions, logp, values = self.policy.act(obs, noise[t])
+            raw_next, rewards, terminated, truncated, _ = self.venv.step(self.action_mapper.to_env(actions))
+            valid = ~self.autoreset_pending
+            actions_buf[t], logp_buf[t], values_buf[t] = actions, logp, values
+            rewards_buf[t], term_buf[t], trunc_buf[t], valid_buf[t] = rewards, terminated, truncated, valid
+            self.episode_return += rewards
+            self.episode_length += valid
+            done = (terminated | truncated) & valid
+            if done.any():
+                for i in np.flatnonzero(done):
+                    returns.append(float(self.episode_return[i]))
+                    lengths.append(int(self.episode_length[i]))
+                self.episode_return[done] = 0.0
+                self.episode_length[done] = 0
+            self.autoreset_pending = done
+            self.raw_obs = self.flatten(raw_next)
+        bootstrap = self.policy.value(normalize(self.raw_obs))
+        count = T * N
+        mean = raw_sum / count
+        var = np.maximum(raw_sq / count - mean**2, 0.0)
+        return Batch(
+            obs=obs_buf,
+            actions=actions_buf,
+            logp=logp_buf,
+            values=values_buf,
+            rewards=rewards_buf,
+            terminated=term_buf,
+            truncated=trunc_buf,
+            valid=valid_buf,
+            bootstrap_value=bootstrap,
+            episode_returns=returns,
+            episode_lengths=lengths,
+            raw_obs_moments=(mean, var, count),
+            policy_version=self.policy_version,
+        )
+
+    def close(self) -> None:
+        self.venv.close()

@@ -1,0 +1,22 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+from rlpar.config.compose import compose_config  # noqa: E402
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    """Compose the real config with overrides, writing into a fresh run directory."""
+
+    def _make(*overrides, run_dir=None):
+        return compose_config(["progress=false", *overrides], run_dir=run_dir or tmp_path / "run")
+
+    return _make

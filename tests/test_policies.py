@@ -1,0 +1,71 @@
+"""Both policy heads: the numpy acting copy agrees with the torch learner module."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlpar.envs.spaces import ActionInfo, ActionMapper
+from rlpar.models.numpy_policy import NumpyPolicy
+from rlpar.models.spec import PolicySpec
+
+DISCRETE = PolicySpec(obs_dim=4, action=ActionInfo(discrete=True, size=3))
+CONTINUOUS = PolicySpec(
+    obs_dim=3, action=ActionInfo(discrete=False, size=2, low=(-2.0, 0.0), high=(2.0, 1.0), shape=(2,)), init_log_std=-0.5
+)
+
+
+def pair(spec):
+    torch.manual_seed(0)
+    model = spec.build()
+    for p in model.parameters():  # move away from the near-zero output init
+        p.data.add_(0.3 * torch.randn_like(p))
+    policy = NumpyPolicy(spec)
+    policy.set_weights({k: v.numpy() for k, v in model.state_dict().items()})
+    return model, policy
+
+
+@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS], ids=["categorical", "gaussian"])
+def test_numpy_log_probs_and_values_match_torch(spec):
+    model, policy = pair(spec)
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(32, spec.obs_dim)).astype(np.float32)
+    noise = rng.random(32) if spec.action.discrete else rng.standard_normal((32, spec.action.size)).astype(np.float32)
+    actions, logp, values = policy.act(obs, noise)
+    t_logp, entropy, t_values = model.evaluate_actions(torch.from_numpy(obs), torch.as_tensor(actions))
+    np.testing.assert_allclose(logp, t_logp.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(values, t_values.detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert (entropy > 0).all() if spec.action.discrete else torch.isfinite(entropy).all()
+
+
+def test_categorical_sampling_follows_probabilities():
+    model, policy = pair(DISCRETE)
+    obs = np.tile(np.array([[0.3, -0.2, 0.1, 0.5]], np.float32), (20000, 1))
+    actions, _, _ = policy.act(obs, np.random.default_rng(2).random(len(obs)))
+    probs = torch.softmax(model.actor(torch.from_numpy(obs[:1])), -1).detach().numpy()[0]
+    freq = np.bincount(actions, minlength=3) / len(actions)
+    np.testing.assert_allclose(freq, probs, atol=0.015)
+    greedy, _, _ = policy.act(obs[:1], None)
+    assert greedy[0] == probs.argmax()
+
+
+def test_gaussian_sampling_uses_mean_and_std():
+    model, policy = pair(CONTINUOUS)
+    obs = np.zeros((20000, 3), np.float32)
+    actions, _, _ = policy.act(obs, np.random.default_rng(3).standard_normal((20000, 2)).astype(np.float32))
+    mean = model.actor(torch.zeros(1, 3)).detach().numpy()[0]
+    np.testing.assert_allclose(actions.mean(0), mean, atol=0.02)
+    np.testing.assert_allclose(actions.std(0), model.log_std.exp().detach().numpy(), rtol=0.03)
+    greedy, _, _ = policy.act(obs[:1], None)
+    np.testing.assert_allclose(greedy[0], mean, rtol=1e-5)
+
+
+def test_continuous_actions_are_mapped_to_bounds():
+    mapper = ActionMapper(CONTINUOUS.action)
+    out = mapper.to_env(np.array([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0], [5.0, -5.0]], np.float32))
+    np.testing.assert_allclose(out, [[-2.0, 0.0], [0.0, 0.5], [2.0, 1.0], [2.0, 0.0]])
+    assert out.dtype == np.float32
+
+
+def test_discrete_actions_respect_space_start():
+    mapper = ActionMapper(ActionInfo(discrete=True, size=3, start=-1))
+    np.testing.assert_array_equal(mapper.to_env(np.array([0, 1, 2])), [-1, 0, 1])
