@@ -15,10 +15,13 @@ from rlpar.runtime.build import build_trainer  # noqa: E402
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threshold", type=float, required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", default=["0,1,2"], help="seeds, space- or comma-separated")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    for seed in args.seeds:
+    tokens = [t for item in args.seeds for t in item.split(",") if t]
+    seeds = [int(t) for t in tokens if t.lstrip("-").isdigit()]
+    args.overrides = [t for t in tokens if not t.lstrip("-").isdigit()] + args.overrides
+    for seed in seeds:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = compose_config([*args.overrides, f"seed={seed}", "progress=false"], run_dir=tmp)
             trainer = build_trainer(cfg)

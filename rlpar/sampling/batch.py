@@ -9,6 +9,27 @@ import numpy as np
 TIME_MAJOR_FIELDS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "valid")
 
 
+def batch_layout(policy_spec, T: int, N: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shapes and dtypes of a batch's arrays for T steps of N environments."""
+    action = policy_spec.action
+    actions = ((T, N), np.int64) if action.discrete else ((T, N, action.size), np.float32)
+    return {
+        "obs": ((T, N, policy_spec.obs_dim), np.float32),
+        "actions": actions,
+        "logp": ((T, N), np.float32),
+        "values": ((T, N), np.float32),
+        "rewards": ((T, N), np.float32),
+        "terminated": ((T, N), np.bool_),
+        "truncated": ((T, N), np.bool_),
+        "valid": ((T, N), np.bool_),
+        "bootstrap_value": ((N,), np.float32),
+    }
+
+
+def allocate_batch_arrays(policy_spec, T: int, N: int) -> dict[str, np.ndarray]:
+    return {name: np.empty(shape, dtype) for name, (shape, dtype) in batch_layout(policy_spec, T, N).items()}
+
+
 @dataclass
 class Batch:
     """Arrays are [T, N, ...]: T steps of N environments.
@@ -31,6 +52,8 @@ class Batch:
     episode_lengths: list[int] = field(default_factory=list)
     raw_obs_moments: tuple[np.ndarray, np.ndarray, int] | None = None
     policy_version: int = 0
+    # One entry per worker that contributed, in order: the policy version it acted with.
+    policy_versions: list[int] = field(default_factory=list)
 
     @property
     def num_steps(self) -> int:
@@ -50,6 +73,19 @@ class Batch:
             episode_lengths=[n for b in batches for n in b.episode_lengths],
             raw_obs_moments=merge_moments([b.raw_obs_moments for b in batches]),
             policy_version=min(b.policy_version for b in batches),
+            policy_versions=[v for b in batches for v in (b.policy_versions or [b.policy_version])],
+        )
+
+    def copy(self) -> "Batch":
+        """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
+        arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, "bootstrap_value")}
+        return Batch(
+            **arrays,
+            episode_returns=list(self.episode_returns),
+            episode_lengths=list(self.episode_lengths),
+            raw_obs_moments=self.raw_obs_moments,
+            policy_version=self.policy_version,
+            policy_versions=list(self.policy_versions),
         )
 
 

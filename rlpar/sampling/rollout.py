@@ -13,7 +13,7 @@ from rlpar.envs.factory import EnvSpec, env_seeds, make_vector_env
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
 from rlpar.models.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec
-from rlpar.sampling.batch import Batch
+from rlpar.sampling.batch import Batch, allocate_batch_arrays
 
 NOISE_STREAM = 1  # separates action-noise seeds from environment seeds
 
@@ -58,27 +58,24 @@ class RolloutWorker:
             return np.stack([g.random(T) for g in self.noise_rngs], axis=1)
         return np.stack([g.standard_normal((T, action.size)) for g in self.noise_rngs], axis=1).astype(np.float32)
 
-    def sample(self) -> Batch:
+    def sample(self, out: dict[str, np.ndarray] | None = None) -> Batch:
+        """One rollout of `rollout_length` steps; writes into `out` (e.g. shared memory) if given."""
         T, N = self.rollout_length, self.num_envs
-        act = self.policy_spec.action
-        obs_buf = np.empty((T, N, self.policy_spec.obs_dim), np.float32)
+        bufs = out if out is not None else allocate_batch_arrays(self.policy_spec, T, N)
+        obs_buf, actions_buf, logp_buf, values_buf = bufs["obs"], bufs["actions"], bufs["logp"], bufs["values"]
+        rewards_buf, term_buf, trunc_buf, valid_buf = bufs["rewards"], bufs["terminated"], bufs["truncated"], bufs["valid"]
         raw_sum = np.zeros(self.policy_spec.obs_dim, np.float64)
         raw_sq = np.zeros(self.policy_spec.obs_dim, np.float64)
-        actions_buf = np.empty((T, N) if act.discrete else (T, N, act.size), np.int64 if act.discrete else np.float32)
-        logp_buf = np.empty((T, N), np.float32)
-        values_buf = np.empty((T, N), np.float32)
-        rewards_buf = np.empty((T, N), np.float32)
-        term_buf = np.empty((T, N), bool)
-        trunc_buf = np.empty((T, N), bool)
-        valid_buf = np.empty((T, N), bool)
         noise = self._draw_noise()
         returns, lengths = [], []
         normalize = self.policy.normalize
+        track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
         for t in range(T):
             obs = normalize(self.raw_obs)
             obs_buf[t] = obs
-            raw_sum += self.raw_obs.sum(0)
-            raw_sq += np.square(self.raw_obs, dtype=np.float64).sum(0)
+            if track_moments:
+                raw_sum += self.raw_obs.sum(0)
+                raw_sq += np.square(self.raw_obs, dtype=np.float64).sum(0)
             actions, logp, values = self.policy.act(obs, noise[t])
             raw_next, rewards, terminated, truncated, _ = self.venv.step(self.action_mapper.to_env(actions))
             valid = ~self.autoreset_pending
@@ -95,7 +92,8 @@ class RolloutWorker:
                 self.episode_length[done] = 0
             self.autoreset_pending = done
             self.raw_obs = self.flatten(raw_next)
-        bootstrap = self.policy.value(normalize(self.raw_obs))
+        bootstrap = bufs["bootstrap_value"]
+        bootstrap[:] = self.policy.value(normalize(self.raw_obs))
         count = T * N
         mean = raw_sum / count
         var = np.maximum(raw_sq / count - mean**2, 0.0)
@@ -111,8 +109,9 @@ class RolloutWorker:
             bootstrap_value=bootstrap,
             episode_returns=returns,
             episode_lengths=lengths,
-            raw_obs_moments=(mean, var, count),
+            raw_obs_moments=(mean, var, count) if track_moments else None,
             policy_version=self.policy_version,
+            policy_versions=[self.policy_version],
         )
 
     def close(self) -> None:
