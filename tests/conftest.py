@@ -2,7 +2,10 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
+# Before anything imports Ray: every Ray node and driver of the tests stays on 127.0.0.1.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

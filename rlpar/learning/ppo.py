@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from rlpar.learning.gae import compute_gae
+from rlpar.learning.optim import LeanAdam, clip_grad_norm
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch
@@ -39,9 +40,8 @@ class PPOLearner:
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.model = policy_spec.build().to(self.device)
-        # Fused Adam: one kernel for all parameters, about 3x faster than the default here.
         self.parameters = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.parameters, lr=lr, eps=1e-5, fused=True)
+        self.optimizer = LeanAdam(self.parameters, lr=lr, eps=1e-5)
         self.base_lr = lr
         self.total_steps = total_steps
         self.gamma, self.gae_lambda = gamma, gae_lambda
@@ -136,7 +136,7 @@ class PPOLearner:
             "gradient_steps": len(losses),
         }
         if not self.model.discrete:
-            out["policy_std"] = float(self.model.log_std.exp().mean())
+            out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
 
     def _gradient_step(self, obs, actions, old_logp, old_values, advantages, returns):
@@ -151,7 +151,7 @@ class PPOLearner:
             loss = loss - self.entropy_coef * entropy.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm, foreach=True)
+        clip_grad_norm(self.parameters, self.max_grad_norm)
         self.optimizer.step()
         return p_loss.detach(), v_loss.detach(), logp.detach()
 

@@ -25,8 +25,8 @@ def _towers(weights: dict) -> tuple[list, list]:
     count = sum(1 for k in weights if k.startswith("weights."))
     actor, critic = [], []
     for i in range(count):
-        w = np.asarray(weights[f"weights.{i}"], np.float32)
-        b = np.asarray(weights[f"biases.{i}"], np.float32)[:, 0, :]
+        w = np.asarray(weights[f"weights.{i}"], np.float64)
+        b = np.asarray(weights[f"biases.{i}"], np.float64)[:, 0, :]
         actor.append((np.ascontiguousarray(w[0]), b[0]))
         critic.append((np.ascontiguousarray(w[1]), b[1]))
     return actor, critic
@@ -42,7 +42,7 @@ class NumpyPolicy:
         self.critic: list = []
         self.obs_mean = np.zeros(spec.obs_dim, np.float32)
         self.obs_inv_std = np.ones(spec.obs_dim, np.float32)
-        self.log_std = np.zeros(spec.action.size, np.float32)
+        self.log_std = np.zeros(spec.action.size, np.float64)
 
     def set_weights(self, weights: dict) -> None:
         self.actor, self.critic = _towers(weights)
@@ -56,7 +56,7 @@ class NumpyPolicy:
             var = np.asarray(weights["obs_normalizer.var"], np.float64)
             self.obs_inv_std = (1.0 / np.sqrt(var + self.epsilon)).astype(np.float32)
         if not self.discrete:
-            self.log_std = np.asarray(weights["log_std"], np.float32)
+            self.log_std = np.asarray(weights["log_std"], np.float64)
 
     def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
         if not self.spec.normalize_obs:
@@ -71,6 +71,10 @@ class NumpyPolicy:
         return x @ w + b  # padded to max(actions, 1) columns; callers slice
 
     def _forward(self, obs: np.ndarray):
+        # float64: BLAS kernels round differently for different batch sizes; in double precision
+        # the differences vanish when results are stored as float32, so a worker with 2
+        # environments acts exactly like one with 8 (same seed, same batch in every parallel mode).
+        obs = obs.astype(np.float64)
         size = self.spec.action.size
         if len(self.actor) == 1:  # no hidden layers
             out = obs @ self._first_w + self._first_b
@@ -80,7 +84,7 @@ class NumpyPolicy:
         return actor, self._tail(self.critic, hidden[:, self._split :])
 
     def value(self, obs: np.ndarray) -> np.ndarray:
-        return self._forward(obs)[1][:, 0]
+        return self._forward(obs)[1][:, 0].astype(np.float32)
 
     def act(self, obs: np.ndarray, noise: np.ndarray | None):
         """Actions, log-probabilities and values for normalised observations.
@@ -99,9 +103,9 @@ class NumpyPolicy:
                 cdf = np.cumsum(np.exp(logp_all), axis=1)
                 actions = np.minimum((noise[:, None] > cdf).sum(axis=1), out.shape[1] - 1)
             logp = logp_all[np.arange(len(actions)), actions]
-            return actions, logp.astype(np.float32), values
+            return actions, logp.astype(np.float32), values.astype(np.float32)
         if noise is None:
-            return out, np.zeros(len(obs), np.float32), values
+            return out.astype(np.float32), np.zeros(len(obs), np.float32), values.astype(np.float32)
         actions = out + np.exp(self.log_std) * noise
         logp = (-0.5 * np.square(noise) - self.log_std - LOG_SQRT_2PI).sum(axis=1)
-        return actions.astype(np.float32), logp.astype(np.float32), values
+        return actions.astype(np.float32), logp.astype(np.float32), values.astype(np.float32)

@@ -16,12 +16,19 @@ PACKAGE_DIR = Path(rlpar.__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
 
+def is_loopback(address: str) -> bool:
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
 class RayConnection:
     """Context for one run's use of Ray: remembers whether rlpar started it, to stop only that."""
 
     def __init__(self, *, address: str | None, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar"):
-        # Every node of a local instance uses 127.0.0.1 (see ../shared/FACTS.md).
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        on_loopback = not address or is_loopback(address)
+        if on_loopback:
+            # Otherwise Ray advertises the machine's external address even for a local instance.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
         self.ray = ray
@@ -30,7 +37,8 @@ class RayConnection:
             return
         common = dict(namespace=namespace, log_to_driver=False, configure_logging=False)
         if address:
-            ray.init(address=address, runtime_env={"py_modules": [str(PACKAGE_DIR)]}, **common)
+            loopback = {"_node_ip_address": "127.0.0.1"} if on_loopback else {}
+            ray.init(address=address, runtime_env={"py_modules": [str(PACKAGE_DIR)]}, **loopback, **common)
         else:
             ray.init(
                 num_cpus=num_cpus or os.cpu_count(),

@@ -1,0 +1,43 @@
+"""A two-node Ray cluster on 127.0.0.1, started in its own process (as a user's cluster would be)."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ClusterProcess:
+    def __init__(self, nodes: int = 2, cpus_per_node: float = 1, timeout: float = 120):
+        env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlpar.runtime.local_cluster", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        deadline = time.monotonic() + timeout
+        self.address = None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("address="):
+                self.address = line.strip().split("=", 1)[1]
+                break
+            if not line and self.proc.poll() is not None:
+                break
+        if self.address is None:
+            self.stop()
+            raise RuntimeError("the test Ray cluster did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

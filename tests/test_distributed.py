@@ -1,0 +1,93 @@
+"""The Ray sampler on a real two-node cluster on 127.0.0.1 (one cluster for the whole module)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import ray
+
+from tests.ray_helpers import ROOT, ClusterProcess
+from tests.test_samplers import assert_same_batch, first_batch
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    cluster = ClusterProcess(nodes=2, cpus_per_node=1)
+    ray.init(
+        address=cluster.address,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.stop()
+
+
+def test_cluster_has_two_nodes_on_loopback(cluster):
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 2
+    assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+
+
+def test_distributed_first_batch_equals_local_and_spreads_over_nodes(cluster, make_cfg, tmp_path):
+    common = ("algo.rollout_length=32",)
+    local, local_metrics = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
+    dist, dist_metrics = first_batch(
+        make_cfg, tmp_path, "dist", *common, "parallel=distributed", "workers=4", "envs_per_worker=2"
+    )
+    assert_same_batch(local, dist)
+    for key in ("env_steps", "episodes", "episode_return_mean"):
+        assert local_metrics[key] == dist_metrics[key], key
+    assert dist_metrics["num_nodes"] == 2
+    assert dist_metrics["live_workers"] == 4
+    assert ray.is_initialized()  # a cluster rlpar joined is not shut down by rlpar
+
+
+def test_distributed_non_blocking_bounds_policy_lag(cluster, make_cfg, tmp_path):
+    from rlpar.runtime.build import build_trainer
+
+    trainer = build_trainer(
+        make_cfg("parallel=distributed", "parallel.sync_mode=non_blocking", "workers=4", "envs_per_worker=2", run_dir=tmp_path / "nb")
+    )
+    try:
+        rows = [trainer.train() for _ in range(10)]
+    finally:
+        trainer.close()
+    assert all(0 <= r["policy_lag_min"] <= r["policy_lag_max"] <= 1 for r in rows)
+    assert max(r["policy_lag_max"] for r in rows) == 1
+    assert sum(r["env_steps"] > 0 for r in rows) == 10
+
+
+def test_cli_joins_existing_cluster_and_reports_two_nodes(cluster, tmp_path):
+    run_dir = tmp_path / "cli"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "main.py",
+            "parallel=distributed",
+            "hardware=cluster",
+            f"ray.address={cluster.address}",
+            "workers=4",
+            "total_steps=2048",
+            "progress=false",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] >= 2048
+    assert {r["num_nodes"] for r in rows} == {2}
+    assert np.isfinite(rows[-1]["loss_value"])

@@ -1,0 +1,80 @@
+"""Every sampler against the local one, sync modes, and clean shutdown (no Ray here)."""
+
+import numpy as np
+import pytest
+
+from rlpar.runtime.build import build_trainer
+
+
+
+def first_batch(make_cfg, tmp_path, name, *overrides):
+    trainer = build_trainer(make_cfg(*overrides, run_dir=tmp_path / name))
+    try:
+        weights = trainer.learner.get_weights()
+        batch = trainer.sampler.sample(weights, trainer.learner.version)
+        batch = batch.copy()
+        metrics = trainer.train()
+    finally:
+        trainer.close()
+    return batch, metrics
+
+
+EXACT = ("obs", "actions", "rewards", "terminated", "truncated", "valid")
+FLOAT = ("logp", "values", "bootstrap_value")  # matmuls of different batch sizes round differently
+
+
+def assert_same_batch(a, b):
+    for field in EXACT:
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    for field in FLOAT:
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=1e-5, atol=1e-6, err_msg=field)
+    assert a.episode_returns == pytest.approx(b.episode_returns) or sorted(a.episode_returns) == pytest.approx(
+        sorted(b.episode_returns)
+    )
+
+
+@pytest.mark.parametrize("env", ["cartpole", "pendulum"])
+def test_multiprocess_first_batch_equals_local(make_cfg, tmp_path, env):
+    common = (f"env={env}", "algo.rollout_length=64", "algo.minibatch_size=64")
+    local, local_metrics = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
+    multi, multi_metrics = first_batch(
+        make_cfg, tmp_path, "mp", *common, "parallel=multiprocess", "workers=4", "envs_per_worker=2"
+    )
+    assert_same_batch(local, multi)
+    for key in ("env_steps", "episodes", "episode_return_mean"):
+        assert local_metrics[key] == multi_metrics[key], key
+
+
+def test_non_blocking_multiprocess_bounds_policy_lag(make_cfg, tmp_path):
+    trainer = build_trainer(
+        make_cfg(
+            "parallel=multiprocess",
+            "parallel.sync_mode=non_blocking",
+            "parallel.max_policy_lag=1",
+            "workers=2",
+            "envs_per_worker=4",
+            run_dir=tmp_path / "nb",
+        )
+    )
+    try:
+        rows = [trainer.train() for _ in range(12)]
+    finally:
+        trainer.close()
+    assert all(r["policy_lag_max"] <= 1 for r in rows)
+    assert max(r["policy_lag_max"] for r in rows) == 1  # sampling really overlapped learning
+    assert all(r["policy_lag_min"] >= 0 for r in rows)
+    assert rows[-1]["env_steps"] == sum(r["batches_this_iter"] for r in rows) * 4 * 32
+
+
+def test_multiprocess_close_leaves_no_process_or_shared_memory(make_cfg, tmp_path):
+    from multiprocessing import shared_memory
+
+    trainer = build_trainer(make_cfg("parallel=multiprocess", "workers=3", "envs_per_worker=2", run_dir=tmp_path / "c"))
+    trainer.train()
+    processes = list(trainer.sampler.processes)
+    names = [b.name for b in trainer.sampler.blocks.values()]
+    trainer.close()
+    assert processes and not any(p.is_alive() for p in processes)
+    for name in names:
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name=name)
