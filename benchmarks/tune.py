@@ -18,9 +18,9 @@ def main():
     parser.add_argument("--seeds", nargs="+", default=["0,1,2"], help="seeds, space- or comma-separated")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    tokens = [t for item in args.seeds for t in item.split(",") if t]
-    seeds = [int(t) for t in tokens if t.lstrip("-").isdigit()]
-    args.overrides = [t for t in tokens if not t.lstrip("-").isdigit()] + args.overrides
+    is_seeds = lambda item: all(part.isdigit() for part in item.split(",") if part)
+    seeds = [int(p) for item in args.seeds if is_seeds(item) for p in item.split(",") if p]
+    args.overrides = [item for item in args.seeds if not is_seeds(item)] + args.overrides
     for seed in seeds:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = compose_config([*args.overrides, f"seed={seed}", "progress=false"], run_dir=tmp)

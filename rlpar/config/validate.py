@@ -57,6 +57,13 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     _check_algo(c, workers, envs_per_worker)
     _check_env(c, check_env)
     c.choice("parallel.sync_mode", SYNC_MODES)
+    c.number("parallel.max_policy_lag", integer=True, low=0)
+    target = str(c.get("parallel._target_") or "")
+    if target.endswith("LocalSampler") and c.get("parallel.sync_mode") == "non_blocking":
+        c.problems.append("parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local sampling runs in the learner's thread)")
+    c.number("ray.cpus_per_worker", low=0, low_open=True)
+    c.number("ray.object_store_mb", integer=True, low=80)
+    c.number("ray.num_cpus", low=0, low_open=True, optional=True)
     _check_hardware(c)
     _check_resume(c)
     c.number("checkpoint.every", integer=True, low=0)
