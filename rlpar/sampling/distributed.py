@@ -54,24 +54,21 @@ class DistributedSampler(WorkerPoolSampler):
         **_unused_by_distributed,
     ):
         super().__init__(
-            num_workers=num_workers, envs_per_worker=envs_per_worker, sync_mode=sync_mode, max_policy_lag=max_policy_lag
+            env_spec=env_spec,
+            policy_spec=policy_spec,
+            num_workers=num_workers,
+            envs_per_worker=envs_per_worker,
+            rollout_length=rollout_length,
+            seed=seed,
+            sync_mode=sync_mode,
+            max_policy_lag=max_policy_lag,
         )
         from rlpar.runtime.ray_runtime import RayConnection
 
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
         ray = self.ray = self.connection.ray
         runner_cls = ray.remote(EnvRunner).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
-        self.runners = [
-            runner_cls.remote(
-                env_spec=env_spec,
-                policy_spec=policy_spec,
-                num_envs=envs_per_worker,
-                rollout_length=rollout_length,
-                seed=seed,
-                first_env_index=w * envs_per_worker,
-            )
-            for w in range(num_workers)
-        ]
+        self.runners = [runner_cls.remote(**self.worker_kwargs(w)) for w in range(num_workers)]
         try:
             self.node_ids = ray.get([r.node_id.remote() for r in self.runners])
         except BaseException:

@@ -87,7 +87,14 @@ class MultiprocessSampler(WorkerPoolSampler):
         **_unused_by_multiprocess,
     ):
         super().__init__(
-            num_workers=num_workers, envs_per_worker=envs_per_worker, sync_mode=sync_mode, max_policy_lag=max_policy_lag
+            env_spec=env_spec,
+            policy_spec=policy_spec,
+            num_workers=num_workers,
+            envs_per_worker=envs_per_worker,
+            rollout_length=rollout_length,
+            seed=seed,
+            sync_mode=sync_mode,
+            max_policy_lag=max_policy_lag,
         )
         self.layout = batch_layout(policy_spec, rollout_length, self.num_envs)
         self.blocks = {
@@ -105,16 +112,11 @@ class MultiprocessSampler(WorkerPoolSampler):
             for w in range(num_workers):
                 parent, child = context.Pipe()
                 cols = slice(w * envs_per_worker, (w + 1) * envs_per_worker)
-                kwargs = dict(
-                    env_spec=env_spec,
-                    policy_spec=policy_spec,
-                    num_envs=envs_per_worker,
-                    rollout_length=rollout_length,
-                    seed=seed,
-                    first_env_index=w * envs_per_worker,
-                )
                 proc = context.Process(
-                    target=_worker_main, args=(child, names, self.layout, cols, kwargs), daemon=True, name=f"rlpar-worker-{w}"
+                    target=_worker_main,
+                    args=(child, names, self.layout, cols, self.worker_kwargs(w)),
+                    daemon=True,
+                    name=f"rlpar-worker-{w}",
                 )
                 proc.start()
                 child.close()

@@ -22,7 +22,20 @@ from rlpar.sampling.batch import Batch
 
 
 class WorkerPoolSampler(Sampler):
-    def __init__(self, *, num_workers: int, envs_per_worker: int, sync_mode: str, max_policy_lag: int):
+    def __init__(
+        self,
+        *,
+        env_spec,
+        policy_spec,
+        num_workers: int,
+        envs_per_worker: int,
+        rollout_length: int,
+        seed: int,
+        sync_mode: str,
+        max_policy_lag: int,
+    ):
+        self.env_spec, self.policy_spec = env_spec, policy_spec
+        self.rollout_length, self.seed = rollout_length, seed
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
         self.num_envs = num_workers * envs_per_worker
@@ -31,6 +44,17 @@ class WorkerPoolSampler(Sampler):
         self.in_flight: set[int] = set()
         self.dropped_batches = 0
         self._metrics: dict = {}
+
+    def worker_kwargs(self, worker: int) -> dict:
+        """RolloutWorker arguments for worker `worker`: it owns environments [w*E, (w+1)*E)."""
+        return dict(
+            env_spec=self.env_spec,
+            policy_spec=self.policy_spec,
+            num_envs=self.envs_per_worker,
+            rollout_length=self.rollout_length,
+            seed=self.seed,
+            first_env_index=worker * self.envs_per_worker,
+        )
 
     # -- what a concrete pool provides ------------------------------------------------------
     @abstractmethod
