@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+import threading
 
 import hydra
 from omegaconf import DictConfig
@@ -15,6 +17,7 @@ from rlpar.runtime.resume import config_for_resume
 def main(cfg: DictConfig) -> float | None:
     try:
         cfg = config_for_resume(cfg)
+        _load_rlpar_while_ray_starts(cfg)
         from rlpar.runtime.run import run
 
         final = run(cfg)
@@ -22,6 +25,20 @@ def main(cfg: DictConfig) -> float | None:
         print("rlpar: invalid config:\n  " + "\n  ".join(err.problems), file=sys.stderr)
         sys.exit(2)
     return final.get("episode_return_mean")
+
+
+def _load_rlpar_while_ray_starts(cfg: DictConfig) -> None:
+    """For a private Ray instance: import torch and the trainer in a thread while Ray boots."""
+    if not str(cfg.parallel.get("_target_", "")).endswith("DistributedSampler") or cfg.ray.address:
+        return
+    from rlpar.config.validate import validate_config
+    from rlpar.runtime.ray_runtime import start_private_instance_early
+
+    validate_config(cfg)  # refuse bad configs before starting anything
+    loader = threading.Thread(target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True)
+    loader.start()
+    start_private_instance_early(num_cpus=cfg.ray.num_cpus, object_store_mb=cfg.ray.object_store_mb)
+    loader.join()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
-"""Config checks that run once, before anything starts."""
+"""Config checks that run once, before anything starts, and the resolvers configs use."""
 
+from rlpar.config.resolvers import register as _register_resolvers
 from rlpar.config.validate import ConfigError, validate_config
+
+_register_resolvers()
 
 __all__ = ["ConfigError", "validate_config"]

@@ -21,33 +21,71 @@ def is_loopback(address: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
 
+def _prepare_environment(on_loopback: bool) -> None:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
+    if on_loopback:
+        # Otherwise Ray advertises the machine's external address even for a local instance.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def _start_private_instance(num_cpus: float | None, object_store_mb: int, namespace: str) -> None:
+    _prepare_environment(on_loopback=True)
+    # Workers of a local instance inherit the driver's environment: cheaper than a runtime_env.
+    paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    import ray
+
+    ray.init(
+        num_cpus=num_cpus or os.cpu_count(),
+        include_dashboard=False,
+        object_store_memory=object_store_mb * 1024 * 1024,
+        _node_ip_address="127.0.0.1",
+        namespace=namespace,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+
+
+_state = {"private_instance_pending": False}
+
+
+def start_private_instance_early(*, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar") -> None:
+    """Start the private instance now (main thread); the next RayConnection adopts it and shuts
+    it down at the end. main.py does this while another thread imports torch: Ray takes ~4 s to
+    boot here, about as long as the rest of start-up. (ray.init itself must stay on the main
+    thread: started from another one, its GCS client never connects.)"""
+    _start_private_instance(num_cpus, object_store_mb, namespace)
+    _state["private_instance_pending"] = True
+
+
 class RayConnection:
     """Context for one run's use of Ray: remembers whether rlpar started it, to stop only that."""
 
     def __init__(self, *, address: str | None, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar"):
         on_loopback = not address or is_loopback(address)
-        if on_loopback:
-            # Otherwise Ray advertises the machine's external address even for a local instance.
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        _prepare_environment(on_loopback)
         import ray
 
         self.ray = ray
         self.started_here = False
+        if _state["private_instance_pending"] and not address and ray.is_initialized():
+            _state["private_instance_pending"] = False
+            self.started_here = True
+            return
         if ray.is_initialized():
             return
-        common = dict(namespace=namespace, log_to_driver=False, configure_logging=False)
         if address:
             loopback = {"_node_ip_address": "127.0.0.1"} if on_loopback else {}
-            ray.init(address=address, runtime_env={"py_modules": [str(PACKAGE_DIR)]}, **loopback, **common)
-        else:
             ray.init(
-                num_cpus=num_cpus or os.cpu_count(),
-                include_dashboard=False,
-                object_store_memory=object_store_mb * 1024 * 1024,
-                _node_ip_address="127.0.0.1",
-                runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}},
-                **common,
+                address=address,
+                runtime_env={"py_modules": [str(PACKAGE_DIR)]},
+                namespace=namespace,
+                log_to_driver=False,
+                configure_logging=False,
+                **loopback,
             )
+        else:
+            _start_private_instance(num_cpus, object_store_mb, namespace)
         self.started_here = True
 
     def shutdown(self) -> None:
