@@ -30,8 +30,9 @@ def test_save_restore_round_trip(make_cfg, tmp_path):
     assert restored.keys() == weights.keys()
     for key in weights:
         np.testing.assert_array_equal(restored[key], weights[key])
-    step_before = opt_state["state"][0]["step"]
-    assert torch.equal(other.learner.optimizer.state_dict()["state"][0]["step"], step_before)
+    for key in ("step", "exp_avg", "exp_avg_sq"):
+        for restored_t, saved_t in zip(other.learner.optimizer.state_dict()[key], opt_state[key]):
+            assert torch.equal(restored_t, saved_t), key
     metrics = other.train()
     assert metrics["iteration"] == 4 and metrics["env_steps"] == 4 * 256
     other.close()

@@ -1,10 +1,10 @@
 """Optimiser steps without per-call bookkeeping.
 
 For small networks the Python around an update costs more than the maths: torch's fused Adam
-spends ~110 us per call here preparing lists the kernel needs, and foreach gradient clipping
-~100 us. These versions call the same kernels with lists prepared once (~20 and ~50 us),
-which is about 15% of a PPO minibatch step. State stays Adam's, so checkpoints are ordinary
-`torch.optim.Adam` state dicts.
+spends ~110 us per call here preparing the lists its kernel needs, and foreach gradient clipping
+~100 us. These call the same kernels with lists prepared once (~20 and ~50 us), about 15% of a
+PPO minibatch step. `LeanAdam` is also not a `torch.optim.Optimizer`: constructing one of those
+imports torch._dynamo, which costs ~2 s of start-up here.
 """
 
 from __future__ import annotations
@@ -12,60 +12,62 @@ from __future__ import annotations
 import torch
 
 
-class LeanAdam(torch.optim.Adam):
-    """Adam (torch's fused CPU/GPU kernel), single parameter group, no AMSGrad or weight decay."""
+class LeanAdam:
+    """Adam with torch's fused kernel; one learning rate, no AMSGrad, no weight decay.
 
-    def __init__(self, params, *, lr: float, eps: float = 1e-8, betas=(0.9, 0.999)):
-        super().__init__(params, lr=lr, eps=eps, betas=betas, fused=True)
-        if len(self.param_groups) != 1:
-            raise ValueError("LeanAdam takes a single parameter group")
-        self._lists = None
+    `param_groups[0]["lr"]` may be changed between steps (schedules), as with torch optimisers.
+    """
 
-    def load_state_dict(self, state_dict) -> None:
-        super().load_state_dict(state_dict)
-        self._lists = None  # state tensors were replaced
+    def __init__(self, params, *, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)):
+        self.params = [p for p in params]
+        self.param_groups = [{"lr": lr}]
+        self.eps, self.betas = eps, betas
+        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
 
-    def _prepare(self):
-        params = [p for p in self.param_groups[0]["params"]]
-        for p in params:
-            state = self.state[p]
-            if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        states = [self.state[p] for p in params]
-        self._lists = (
-            params,
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [s["step"] for s in states],
-        )
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
 
     @torch.no_grad()
-    def step(self, closure=None):
-        if self._lists is None:
-            self._prepare()
-        params, exp_avgs, exp_avg_sqs, steps = self._lists
-        group = self.param_groups[0]
-        beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
+    def step(self) -> None:
+        beta1, beta2 = self.betas
+        torch._foreach_add_(self.steps, 1)
         torch._fused_adam_(
-            params,
-            [p.grad for p in params],
-            exp_avgs,
-            exp_avg_sqs,
+            self.params,
+            [p.grad for p in self.params],
+            self.exp_avgs,
+            self.exp_avg_sqs,
             [],
-            steps,
+            self.steps,
             amsgrad=False,
-            lr=float(group["lr"]),
+            lr=float(self.param_groups[0]["lr"]),
             beta1=beta1,
             beta2=beta2,
             weight_decay=0.0,
-            eps=group["eps"],
+            eps=self.eps,
             maximize=False,
             grad_scale=None,
             found_inf=None,
         )
+
+    def state_dict(self) -> dict:
+        return {
+            "lr": self.param_groups[0]["lr"],
+            "exp_avg": [t.clone() for t in self.exp_avgs],
+            "exp_avg_sq": [t.clone() for t in self.exp_avg_sqs],
+            "step": [t.clone() for t in self.steps],
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        self.param_groups[0]["lr"] = state["lr"]
+        for name, mine in (("exp_avg", self.exp_avgs), ("exp_avg_sq", self.exp_avg_sqs), ("step", self.steps)):
+            if len(state[name]) != len(mine):
+                raise ValueError(f"optimizer state has {len(state[name])} {name} tensors, expected {len(mine)}")
+            for dst, src in zip(mine, state[name]):
+                dst.copy_(src)
 
 
 @torch.no_grad()

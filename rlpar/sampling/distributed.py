@@ -69,11 +69,9 @@ class DistributedSampler(WorkerPoolSampler):
         ray = self.ray = self.connection.ray
         runner_cls = ray.remote(EnvRunner).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
         self.runners = [runner_cls.remote(**self.worker_kwargs(w)) for w in range(num_workers)]
-        try:
-            self.node_ids = ray.get([r.node_id.remote() for r in self.runners])
-        except BaseException:
-            self.close()
-            raise
+        # Not waited for here: runners boot while the learner and logger are being built.
+        self._node_id_refs = [r.node_id.remote() for r in self.runners]
+        self.node_ids: list[str] | None = None
         self.pending: dict = {}  # object ref -> worker index
         self.sent_version = [None] * num_workers
         self._weights_ref, self._weights_version = None, None
@@ -100,6 +98,8 @@ class DistributedSampler(WorkerPoolSampler):
         return [(self.pending.pop(ref), batch) for ref, batch in zip(ready, batches)]
 
     def num_nodes(self) -> int:
+        if self.node_ids is None:
+            self.node_ids = self.ray.get(self._node_id_refs)
         return len(set(self.node_ids))
 
     def close(self) -> None:
