@@ -7,7 +7,7 @@ environments the same way and seeds environment `i` of the whole run with `seed 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gymnasium as gym
@@ -36,24 +36,12 @@ class EnvSpec:
         return self.id or self.entry_point.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
 
-def resolve_env_spec(
-    id: str | None = None,
-    entry_point: str | None = None,
-    kwargs: dict | None = None,
-    api: str = "auto",
-    vectorization: str = "auto",
-    max_episode_steps: int | None = None,
-    **_ignored,
-) -> EnvSpec:
-    """Turn the `env` config group into an EnvSpec (extra keys such as `name` are ignored)."""
-    return EnvSpec(
-        id=id,
-        entry_point=entry_point,
-        kwargs=dict(kwargs or {}),
-        api=api,
-        vectorization=vectorization,
-        max_episode_steps=max_episode_steps,
-    )
+def resolve_env_spec(**env_cfg) -> EnvSpec:
+    """Turn the `env` config group into an EnvSpec (keys that are not EnvSpec fields are ignored)."""
+    names = {f.name for f in fields(EnvSpec)}
+    spec = {k: v for k, v in env_cfg.items() if k in names}
+    spec["kwargs"] = dict(spec.get("kwargs") or {})
+    return EnvSpec(**spec)
 
 
 def import_object(path: str):

@@ -91,7 +91,6 @@ class Trainer:
             "time_learn_s": learned - sampled,
             **sampler_metrics,
             **learn_metrics,
-            "policy_lag": self.learner.version - 1 - batch.policy_version,
         }
         self.last_metrics = metrics
         if self.logger is not None:

@@ -46,7 +46,9 @@ class LocalSampler(Sampler):
         return batch
 
     def metrics(self) -> dict:
-        return {**self._timings, "live_workers": 1, "num_nodes": 1}
+        # Always on-policy: the batch was sampled with exactly the weights passed in.
+        lag = {"policy_lag_min": 0, "policy_lag_mean": 0.0, "policy_lag_max": 0}
+        return {**self._timings, **lag, "live_workers": 1, "num_nodes": 1}
 
     def close(self) -> None:
         self.worker.close()

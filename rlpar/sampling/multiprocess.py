@@ -21,7 +21,7 @@ import numpy as np
 
 from rlpar.envs.factory import EnvSpec
 from rlpar.models.spec import PolicySpec
-from rlpar.sampling.batch import TIME_MAJOR_FIELDS, Batch, batch_layout
+from rlpar.sampling.batch import TIME_MAJOR_FIELDS, Batch, batch_layout, merge_moments
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
 
@@ -170,7 +170,7 @@ class MultiprocessSampler(WorkerPoolSampler):
             **{k: self.arrays[k] for k in (*TIME_MAJOR_FIELDS, "bootstrap_value")},
             episode_returns=[r for b in ordered for r in b.episode_returns],
             episode_lengths=[n for b in ordered for n in b.episode_lengths],
-            raw_obs_moments=_merge([b.raw_obs_moments for b in ordered]),
+            raw_obs_moments=merge_moments([b.raw_obs_moments for b in ordered]),
             policy_version=min(b.policy_version for b in ordered),
             policy_versions=[b.policy_version for b in ordered],
         )
@@ -200,8 +200,3 @@ class MultiprocessSampler(WorkerPoolSampler):
                 pass
         self.blocks = {}
 
-
-def _merge(moments):
-    from rlpar.sampling.batch import merge_moments
-
-    return merge_moments(moments)
