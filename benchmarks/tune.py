@@ -1,7 +1,6 @@
 """Quick tuning helper: steps and seconds to a return threshold over seeds (not part of CI)."""
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
 from rlpar.envs.seeded_vector import SEEDED_NATIVE

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 
-from rlpar.envs.factory import EnvSpec
-from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
@@ -39,41 +37,26 @@ class DistributedSampler(WorkerPoolSampler):
     def __init__(
         self,
         *,
-        env_spec: EnvSpec,
-        policy_spec: PolicySpec,
-        num_workers: int,
-        envs_per_worker: int,
-        rollout_length: int,
-        seed: int,
-        sync_mode: str = "blocking",
-        max_policy_lag: int = 1,
         ray_address: str | None = None,
         ray_num_cpus: float | None = None,
         cpus_per_worker: float = 0.1,
         object_store_mb: int = 256,
-        **_unused_by_distributed,
+        **pool_kwargs,
     ):
-        super().__init__(
-            env_spec=env_spec,
-            policy_spec=policy_spec,
-            num_workers=num_workers,
-            envs_per_worker=envs_per_worker,
-            rollout_length=rollout_length,
-            seed=seed,
-            sync_mode=sync_mode,
-            max_policy_lag=max_policy_lag,
-        )
+        """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
+        rollout_length, seed, sync_mode, max_policy_lag)."""
+        super().__init__(**pool_kwargs)
         from rlpar.runtime.ray_runtime import RayConnection
 
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
         ray = self.ray = self.connection.ray
         runner_cls = ray.remote(EnvRunner).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
-        self.runners = [runner_cls.remote(**self.worker_kwargs(w)) for w in range(num_workers)]
+        self.runners = [runner_cls.remote(**self.worker_kwargs(w)) for w in range(self.num_workers)]
         # Not waited for here: runners boot while the learner and logger are being built.
         self._node_id_refs = [r.node_id.remote() for r in self.runners]
         self.node_ids: list[str] | None = None
         self.pending: dict = {}  # object ref -> worker index
-        self.sent_version = [None] * num_workers
+        self.sent_version = [None] * self.num_workers
         self._weights_ref, self._weights_version = None, None
 
     def _submit(self, worker: int, weights: dict, version: int) -> None:

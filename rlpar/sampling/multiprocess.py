@@ -19,8 +19,6 @@ from multiprocessing import connection, shared_memory
 
 import numpy as np
 
-from rlpar.envs.factory import EnvSpec
-from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import TIME_MAJOR_FIELDS, Batch, batch_layout, merge_moments
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
@@ -75,28 +73,13 @@ class MultiprocessSampler(WorkerPoolSampler):
     def __init__(
         self,
         *,
-        env_spec: EnvSpec,
-        policy_spec: PolicySpec,
-        num_workers: int,
-        envs_per_worker: int,
-        rollout_length: int,
-        seed: int,
-        sync_mode: str = "blocking",
-        max_policy_lag: int = 1,
         start_method: str = "fork",
-        **_unused_by_multiprocess,
+        **pool_kwargs,
     ):
-        super().__init__(
-            env_spec=env_spec,
-            policy_spec=policy_spec,
-            num_workers=num_workers,
-            envs_per_worker=envs_per_worker,
-            rollout_length=rollout_length,
-            seed=seed,
-            sync_mode=sync_mode,
-            max_policy_lag=max_policy_lag,
-        )
-        self.layout = batch_layout(policy_spec, rollout_length, self.num_envs)
+        """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
+        rollout_length, seed, sync_mode, max_policy_lag)."""
+        super().__init__(**pool_kwargs)
+        self.layout = batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
         self.blocks = {
             key: shared_memory.SharedMemory(create=True, size=max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1))
             for key, (shape, dtype) in self.layout.items()
@@ -106,12 +89,12 @@ class MultiprocessSampler(WorkerPoolSampler):
         }
         names = {key: block.name for key, block in self.blocks.items()}
         context = mp.get_context(start_method)
-        self.conns, self.processes, self.sent_version = [], [], [None] * num_workers
+        self.conns, self.processes, self.sent_version = [], [], [None] * self.num_workers
         self.episode_stats: dict[int, tuple] = {}
         try:
-            for w in range(num_workers):
+            for w in range(self.num_workers):
                 parent, child = context.Pipe()
-                cols = slice(w * envs_per_worker, (w + 1) * envs_per_worker)
+                cols = slice(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                 proc = context.Process(
                     target=_worker_main,
                     args=(child, names, self.layout, cols, self.worker_kwargs(w)),
@@ -122,7 +105,7 @@ class MultiprocessSampler(WorkerPoolSampler):
                 child.close()
                 self.conns.append(parent)
                 self.processes.append(proc)
-            for w in range(num_workers):
+            for w in range(self.num_workers):
                 self._expect(w, "ready", START_TIMEOUT_S)
         except BaseException:
             self.close()

@@ -31,8 +31,8 @@ class WorkerPoolSampler(Sampler):
         envs_per_worker: int,
         rollout_length: int,
         seed: int,
-        sync_mode: str,
-        max_policy_lag: int,
+        sync_mode: str = "blocking",
+        max_policy_lag: int = 1,
     ):
         self.env_spec, self.policy_spec = env_spec, policy_spec
         self.rollout_length, self.seed = rollout_length, seed
