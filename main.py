@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 import threading
 
@@ -13,8 +14,13 @@ from rlpar.config.validate import ConfigError
 from rlpar.runtime.resume import config_for_resume
 
 
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # same clean stop as Ctrl-C
     try:
         cfg = config_for_resume(cfg)
         _load_rlpar_while_ray_starts(cfg)
@@ -24,6 +30,8 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print("rlpar: invalid config:\n  " + "\n  ".join(err.problems), file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
     return final.get("episode_return_mean")
 
 

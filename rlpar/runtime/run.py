@@ -32,7 +32,14 @@ def run(cfg: DictConfig) -> dict:
     try:
         if checkpoint is not None:
             trainer.restore(checkpoint)
-        final = trainer.fit()
+        try:
+            final = trainer.fit()
+        except KeyboardInterrupt:
+            # Ctrl-C / SIGTERM: keep what was learnt, then let `finally` stop every worker.
+            if trainer.checkpointer is not None and trainer.iteration > 0:
+                path = trainer.save()
+                print(f"\ninterrupted at iteration {trainer.iteration}: checkpoint {path}", flush=True)
+            raise
         if cfg.get("eval_episodes", 0):
             final = {**final, **trainer.evaluate(cfg.eval_episodes)}
         if trainer.logger is not None:

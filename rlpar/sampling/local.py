@@ -50,5 +50,13 @@ class LocalSampler(Sampler):
         lag = {"policy_lag_min": 0, "policy_lag_mean": 0.0, "policy_lag_max": 0}
         return {**self._timings, **lag, "live_workers": 1, "num_nodes": 1}
 
+    def state_dict(self) -> dict:
+        """In-process environments can be captured, so a resumed local run continues exactly."""
+        return {"worker": self.worker.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "worker" in state:
+            self.worker.set_state(state["worker"])
+
     def close(self) -> None:
         self.worker.close()

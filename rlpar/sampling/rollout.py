@@ -7,6 +7,8 @@ own generator, so a worker owning environments [k, k + n) produces exactly the c
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
 from rlpar.envs.factory import EnvSpec, env_seeds, make_vector_env
@@ -51,6 +53,42 @@ class RolloutWorker:
     def set_weights(self, weights: dict, version: int) -> None:
         self.policy.set_weights(weights)
         self.policy_version = version
+
+    # -- exact resume -----------------------------------------------------------------------
+    def get_state(self) -> dict:
+        """Everything that decides the next rollout, as tensors and plain values.
+
+        Environments are pickled (their internal state has no common format); the bytes are only
+        unpickled by `set_state`, i.e. when the user resumes their own run.
+        """
+        import torch  # only the learner's process checkpoints; workers never import torch
+
+        env_fns = getattr(self.venv, "env_fns", None)  # SyncVectorEnv keeps its (unpicklable) factories
+        if env_fns is not None:
+            self.venv.env_fns = None
+        try:
+            env_bytes = pickle.dumps(self.venv)
+        finally:
+            if env_fns is not None:
+                self.venv.env_fns = env_fns
+        return {
+            "venv_pickle": torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8),
+            "raw_obs": torch.from_numpy(self.raw_obs.copy()),
+            "autoreset_pending": torch.from_numpy(self.autoreset_pending.copy()),
+            "episode_return": torch.from_numpy(self.episode_return.copy()),
+            "episode_length": torch.from_numpy(self.episode_length.copy()),
+            "noise_rngs": [g.bit_generator.state for g in self.noise_rngs],
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.venv.close()
+        self.venv = pickle.loads(state["venv_pickle"].numpy().tobytes())
+        self.raw_obs = state["raw_obs"].numpy().copy()
+        self.autoreset_pending = state["autoreset_pending"].numpy().copy()
+        self.episode_return = state["episode_return"].numpy().copy()
+        self.episode_length = state["episode_length"].numpy().copy()
+        for generator, rng_state in zip(self.noise_rngs, state["noise_rngs"]):
+            generator.bit_generator.state = rng_state
 
     def _draw_noise(self) -> np.ndarray:
         T, action = self.rollout_length, self.policy_spec.action
