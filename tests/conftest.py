@@ -4,6 +4,7 @@ from pathlib import Path
 
 # Before anything imports Ray: every Ray node and driver of the tests stays on 127.0.0.1.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 import pytest  # noqa: E402
 

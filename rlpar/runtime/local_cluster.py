@@ -18,6 +18,7 @@ import threading
 
 def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100):
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on 127.0.0.1
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     from ray.cluster_utils import Cluster
 
     node_args = dict(num_cpus=cpus_per_node, object_store_memory=object_store_mb * 1024 * 1024)
