@@ -38,13 +38,7 @@ def plot_scaling(rows: list[dict], out_dir: Path) -> list[Path]:
         ax.set_ylabel(ylabel)
         if key == "efficiency":
             ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / name
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_finish(fig, [ax], out_dir / name))
     return written
 
 
@@ -69,11 +63,15 @@ def plot_learning_curves(runs, out_dir: Path) -> list[Path]:
             ax.set_title(env)
             ax.set_xlabel(label)
             ax.set_ylabel("mean return (last 20 episodes)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / name
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_finish(fig, axes[0], out_dir / name))
     return written
+
+
+def _finish(fig, axes, path: Path) -> Path:
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
