@@ -78,3 +78,18 @@ def test_multiprocess_close_leaves_no_process_or_shared_memory(make_cfg, tmp_pat
     for name in names:
         with pytest.raises(FileNotFoundError):
             shared_memory.SharedMemory(name=name)
+
+
+def test_multiprocess_matches_local_iteration_after_iteration(make_cfg, tmp_path):
+    """With observation normalisation, statistics are summed per environment, so the runs stay identical."""
+    common = ("env=pendulum", "algo.rollout_length=64", "algo.model.normalize_obs=true")
+    rows = {}
+    for name, overrides in (("local", ("workers=1", "envs_per_worker=8")),
+                            ("mp", ("parallel=multiprocess", "workers=4", "envs_per_worker=2"))):
+        trainer = build_trainer(make_cfg(*common, *overrides, run_dir=tmp_path / name))
+        try:
+            rows[name] = [trainer.train() for _ in range(5)]
+        finally:
+            trainer.close()
+    keys = ("env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value")
+    assert [{k: r[k] for k in keys} for r in rows["local"]] == [{k: r[k] for k in keys} for r in rows["mp"]]

@@ -9,7 +9,7 @@ from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam, clip_grad_norm
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 from rlpar.models.spec import PolicySpec
-from rlpar.sampling.batch import Batch
+from rlpar.sampling.batch import Batch, raw_obs_moments
 
 
 class PPOLearner:
@@ -89,8 +89,9 @@ class PPOLearner:
             "returns": to_tensor(returns),
         }
         stats = self._optimise(data)
-        if batch.raw_obs_moments is not None:
-            self.model.obs_normalizer.update(*batch.raw_obs_moments)
+        moments = raw_obs_moments(batch)
+        if moments is not None:
+            self.model.obs_normalizer.update(*moments)
         self.version += 1
         explained = _explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
         return {**stats, "lr": lr, "explained_variance": explained, "policy_version": self.version}

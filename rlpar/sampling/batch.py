@@ -50,7 +50,10 @@ class Batch:
     bootstrap_value: np.ndarray
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
-    raw_obs_moments: tuple[np.ndarray, np.ndarray, int] | None = None
+    # Per-environment float64 sums of raw observations and of their squares over the T steps,
+    # [N, obs_dim] each: summed in environment order they give the same statistics however the
+    # environments were split over workers (merging per-worker means would round differently).
+    raw_obs_sums: tuple[np.ndarray, np.ndarray] | None = None
     policy_version: int = 0
     # One entry per worker that contributed, in order: the policy version it acted with.
     policy_versions: list[int] = field(default_factory=list)
@@ -71,7 +74,7 @@ class Batch:
             bootstrap_value=np.concatenate([b.bootstrap_value for b in batches]),
             episode_returns=[r for b in batches for r in b.episode_returns],
             episode_lengths=[n for b in batches for n in b.episode_lengths],
-            raw_obs_moments=merge_moments([b.raw_obs_moments for b in batches]),
+            raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
             policy_version=min(b.policy_version for b in batches),
             policy_versions=[v for b in batches for v in (b.policy_versions or [b.policy_version])],
         )
@@ -83,18 +86,23 @@ class Batch:
             **arrays,
             episode_returns=list(self.episode_returns),
             episode_lengths=list(self.episode_lengths),
-            raw_obs_moments=self.raw_obs_moments,
+            raw_obs_sums=self.raw_obs_sums,
             policy_version=self.policy_version,
             policy_versions=list(self.policy_versions),
         )
 
 
-def merge_moments(moments):
-    """Combine (mean, var, count) triples of disjoint samples into one."""
-    moments = [m for m in moments if m is not None and m[2] > 0]
-    if not moments:
+def concat_obs_sums(sums):
+    if any(part is None for part in sums):
         return None
-    total = sum(m[2] for m in moments)
-    mean = sum(m[0] * m[2] for m in moments) / total
-    var = sum((m[1] + (m[0] - mean) ** 2) * m[2] for m in moments) / total
-    return mean, var, total
+    return tuple(np.concatenate([part[i] for part in sums]) for i in range(2))
+
+
+def raw_obs_moments(batch: "Batch") -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Mean, variance and count of the batch's raw observations (for the observation normaliser)."""
+    if batch.raw_obs_sums is None:
+        return None
+    total, squares = (part.sum(axis=0) for part in batch.raw_obs_sums)
+    count = batch.rewards.size
+    mean = total / count
+    return mean, np.maximum(squares / count - mean**2, 0.0), count

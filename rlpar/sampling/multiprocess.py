@@ -19,7 +19,7 @@ from multiprocessing import connection, shared_memory
 
 import numpy as np
 
-from rlpar.sampling.batch import TIME_MAJOR_FIELDS, Batch, batch_layout, merge_moments
+from rlpar.sampling.batch import TIME_MAJOR_FIELDS, Batch, concat_obs_sums, batch_layout
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
 
@@ -55,7 +55,7 @@ def _worker_main(conn, names, layout, cols, worker_kwargs):
             if weights is not None:
                 worker.set_weights(weights, version)
             batch = worker.sample(out=out)
-            conn.send(("done", (batch.episode_returns, batch.episode_lengths, batch.raw_obs_moments, version)))
+            conn.send(("done", (batch.episode_returns, batch.episode_lengths, batch.raw_obs_sums, version)))
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
@@ -142,7 +142,7 @@ class MultiprocessSampler(WorkerPoolSampler):
             cols = slice(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
             views = _columns(self.arrays, cols)
             results.append((worker, Batch(**views, episode_returns=returns, episode_lengths=lengths,
-                                          raw_obs_moments=moments, policy_version=version, policy_versions=[version])))
+                                          raw_obs_sums=moments, policy_version=version, policy_versions=[version])))
         return results
 
     def _assemble_all(self, results: dict[int, Batch]) -> Batch:
@@ -153,7 +153,7 @@ class MultiprocessSampler(WorkerPoolSampler):
             **{k: self.arrays[k] for k in (*TIME_MAJOR_FIELDS, "bootstrap_value")},
             episode_returns=[r for b in ordered for r in b.episode_returns],
             episode_lengths=[n for b in ordered for n in b.episode_lengths],
-            raw_obs_moments=merge_moments([b.raw_obs_moments for b in ordered]),
+            raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in ordered]),
             policy_version=min(b.policy_version for b in ordered),
             policy_versions=[b.policy_version for b in ordered],
         )

@@ -102,8 +102,8 @@ class RolloutWorker:
         bufs = out if out is not None else allocate_batch_arrays(self.policy_spec, T, N)
         obs_buf, actions_buf, logp_buf, values_buf = bufs["obs"], bufs["actions"], bufs["logp"], bufs["values"]
         rewards_buf, term_buf, trunc_buf, valid_buf = bufs["rewards"], bufs["terminated"], bufs["truncated"], bufs["valid"]
-        raw_sum = np.zeros(self.policy_spec.obs_dim, np.float64)
-        raw_sq = np.zeros(self.policy_spec.obs_dim, np.float64)
+        raw_sum = np.zeros((N, self.policy_spec.obs_dim), np.float64)
+        raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         noise = self._draw_noise()
         returns, lengths = [], []
         normalize = self.policy.normalize
@@ -112,8 +112,8 @@ class RolloutWorker:
             obs = normalize(self.raw_obs)
             obs_buf[t] = obs
             if track_moments:
-                raw_sum += self.raw_obs.sum(0)
-                raw_sq += np.square(self.raw_obs, dtype=np.float64).sum(0)
+                raw_sum += self.raw_obs
+                raw_sq += np.square(self.raw_obs, dtype=np.float64)
             actions, logp, values = self.policy.act(obs, noise[t])
             raw_next, rewards, terminated, truncated, _ = self.venv.step(self.action_mapper.to_env(actions))
             valid = ~self.autoreset_pending
@@ -132,9 +132,6 @@ class RolloutWorker:
             self.raw_obs = self.flatten(raw_next)
         bootstrap = bufs["bootstrap_value"]
         bootstrap[:] = self.policy.value(normalize(self.raw_obs))
-        count = T * N
-        mean = raw_sum / count
-        var = np.maximum(raw_sq / count - mean**2, 0.0)
         return Batch(
             obs=obs_buf,
             actions=actions_buf,
@@ -147,7 +144,7 @@ class RolloutWorker:
             bootstrap_value=bootstrap,
             episode_returns=returns,
             episode_lengths=lengths,
-            raw_obs_moments=(mean, var, count) if track_moments else None,
+            raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_version=self.policy_version,
             policy_versions=[self.policy_version],
         )
