@@ -73,3 +73,15 @@ def test_notebooks_run_top_to_bottom_on_the_sweep(sweep, name, monkeypatch):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum(1 for o in outputs if "image/png" in o.get("data", {})) >= 2
+
+
+def test_ray_launcher_runs_the_trials_of_a_sweep(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "main.py", "-m", "experiment=learning_curves", "hydra/launcher=rlpar_ray",
+         "env=cartpole", "seed=0,1", "total_steps=1024", f"hydra.sweep.dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Launching 2 jobs on Ray" in proc.stdout + proc.stderr
+    text = write_report(tmp_path).read_text()
+    assert "| CartPole-v1 | local | 1 | 8 | 2 |" in text

@@ -8,7 +8,6 @@ Without an address it starts a private Ray instance on 127.0.0.1 (dashboard off)
 Trials share the machine, so keep the default sequential launcher for throughput figures.
 """
 
-from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
