@@ -11,6 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from rlpar.config.validate import ConfigError
+from rlpar.learning.errors import NonFiniteLossError
 from rlpar.runtime.resume import config_for_resume
 
 
@@ -32,6 +33,9 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except NonFiniteLossError as err:
+        print(f"rlpar: training stopped: {err}", file=sys.stderr)
+        sys.exit(3)
     return final.get("episode_return_mean")
 
 

@@ -98,3 +98,19 @@ def test_local_resume_reproduces_an_uninterrupted_run(make_cfg, tmp_path, env):
     keys = ("iteration", "env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value", "approx_kl")
     for expected, got in zip(rows[3:], again):
         assert {k: got[k] for k in keys} == {k: expected[k] for k in keys}
+
+
+def test_resume_skips_a_corrupt_newest_checkpoint_and_a_half_written_one(make_cfg, tmp_path):
+    run_dir = tmp_path / "c"
+    run(make_cfg("total_steps=2560", "checkpoint.every=4", "checkpoint.keep=3", run_dir=run_dir))
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "checkpoint_00000010.pt").write_bytes(b"truncated by a crash")
+    (checkpoints / "checkpoint_00000011.pt.tmp").write_bytes(b"half written")
+    from rlpar.runtime.checkpoint import latest_valid_checkpoint
+
+    path, state = latest_valid_checkpoint(run_dir)
+    assert path.name == "checkpoint_00000008.pt" and state["iteration"] == 8
+    final = run(config_for_resume(make_cfg(f"resume={run_dir}"), ["resume"]))
+    assert final["iteration"] == 10
+    iterations = [json.loads(l)["iteration"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == list(range(1, 11))

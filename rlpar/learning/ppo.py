@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
+from rlpar.learning.errors import NonFiniteLossError
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam, clip_grad_norm
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
@@ -34,6 +37,7 @@ class PPOLearner:
         min_lr_fraction: float = 0.0,
         target_kl: float | None = None,
         reward_scale: float = 1.0,
+        max_consecutive_nonfinite: int = 20,
         device: str = "cpu",
         **_shared_algo_keys,
     ):
@@ -54,6 +58,9 @@ class PPOLearner:
         self.target_kl = target_kl
         self.reward_scale = reward_scale
         self.rng = np.random.default_rng([seed, 2])
+        self.max_consecutive_nonfinite = max_consecutive_nonfinite
+        self.nonfinite_updates = 0
+        self.consecutive_nonfinite = 0
         self.version = 0
         self.steps_seen = 0
 
@@ -135,6 +142,7 @@ class PPOLearner:
             "clip_fraction": clip_frac,
             "epochs": len(epoch_stats),
             "gradient_steps": len(losses),
+            "nonfinite_updates": self.nonfinite_updates,
         }
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
@@ -152,8 +160,18 @@ class PPOLearner:
             loss = loss - self.entropy_coef * entropy.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        clip_grad_norm(self.parameters, self.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
+        if math.isfinite(grad_norm.item()):
+            self.optimizer.step()
+            self.consecutive_nonfinite = 0
+        else:  # a NaN/inf loss or gradient: skip this update rather than poison the weights
+            self.nonfinite_updates += 1
+            self.consecutive_nonfinite += 1
+            if self.consecutive_nonfinite > self.max_consecutive_nonfinite:
+                raise NonFiniteLossError(
+                    f"{self.consecutive_nonfinite} gradient steps in a row had a non-finite loss or gradient "
+                    f"({self.nonfinite_updates} in all); stopping. Lower algo.lr or check the environment's rewards."
+                )
         return p_loss.detach(), v_loss.detach(), logp.detach()
 
     # -- checkpointing ----------------------------------------------------------------------
