@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from tests.ray_helpers import ROOT, ClusterProcess
-from tests.test_samplers import assert_same_batch, first_batch
+from tests.test_samplers import assert_first_iteration_matches_local
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +38,7 @@ def test_cluster_has_two_nodes_on_loopback(cluster):
 
 
 def test_distributed_first_batch_equals_local_and_spreads_over_nodes(cluster, make_cfg, tmp_path):
-    common = ("algo.rollout_length=32",)
-    local, local_metrics = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
-    dist, dist_metrics = first_batch(
-        make_cfg, tmp_path, "dist", *common, "parallel=distributed", "workers=4", "envs_per_worker=2"
-    )
-    assert_same_batch(local, dist)
-    for key in ("env_steps", "episodes", "episode_return_mean"):
-        assert local_metrics[key] == dist_metrics[key], key
+    dist_metrics = assert_first_iteration_matches_local(make_cfg, tmp_path, ("algo.rollout_length=32",), "distributed")
     assert dist_metrics["num_nodes"] == 2
     assert dist_metrics["live_workers"] == 4
     assert ray.is_initialized()  # a cluster rlpar joined is not shut down by rlpar

@@ -33,16 +33,23 @@ def assert_same_batch(a, b):
     )
 
 
+def assert_first_iteration_matches_local(make_cfg, tmp_path, common, parallel):
+    """8 environments in one local worker vs `parallel=<parallel> workers=4 envs_per_worker=2`:
+    the same first batch and first metrics row. Returns the other mode's first metrics."""
+    local, local_metrics = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
+    other, other_metrics = first_batch(
+        make_cfg, tmp_path, parallel, *common, f"parallel={parallel}", "workers=4", "envs_per_worker=2"
+    )
+    assert_same_batch(local, other)
+    for key in ("env_steps", "episodes", "episode_return_mean"):
+        assert local_metrics[key] == other_metrics[key], key
+    return other_metrics
+
+
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
 def test_multiprocess_first_batch_equals_local(make_cfg, tmp_path, env):
     common = (f"env={env}", "algo.rollout_length=64", "algo.minibatch_size=64")
-    local, local_metrics = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
-    multi, multi_metrics = first_batch(
-        make_cfg, tmp_path, "mp", *common, "parallel=multiprocess", "workers=4", "envs_per_worker=2"
-    )
-    assert_same_batch(local, multi)
-    for key in ("env_steps", "episodes", "episode_return_mean"):
-        assert local_metrics[key] == multi_metrics[key], key
+    assert_first_iteration_matches_local(make_cfg, tmp_path, common, "multiprocess")
 
 
 def test_non_blocking_multiprocess_bounds_policy_lag(make_cfg, tmp_path):

@@ -54,29 +54,37 @@ class Batch:
     # [N, obs_dim] each: summed in environment order they give the same statistics however the
     # environments were split over workers (merging per-worker means would round differently).
     raw_obs_sums: tuple[np.ndarray, np.ndarray] | None = None
-    policy_version: int = 0
     # One entry per worker that contributed, in order: the policy version it acted with.
-    policy_versions: list[int] = field(default_factory=list)
+    policy_versions: list[int] = field(default_factory=lambda: [0])
 
     @property
     def num_steps(self) -> int:
         """Environment steps taken to collect this batch (autoreset steps included)."""
         return int(self.rewards.size)
 
+    @property
+    def policy_version(self) -> int:
+        """The oldest policy version that acted in this batch."""
+        return min(self.policy_versions)
+
     @staticmethod
-    def concat(batches: list["Batch"]) -> "Batch":
-        """Join workers' batches along the environment axis, in worker order."""
-        if len(batches) == 1:
+    def concat(batches: list["Batch"], arrays: dict[str, np.ndarray] | None = None) -> "Batch":
+        """Join workers' batches along the environment axis, in worker order.
+
+        `arrays`: the joined arrays when they already exist (workers wrote their columns of
+        shared memory); otherwise they are concatenated here.
+        """
+        if len(batches) == 1 and arrays is None:
             return batches[0]
-        joined = {name: np.concatenate([getattr(b, name) for b in batches], axis=1) for name in TIME_MAJOR_FIELDS}
+        if arrays is None:
+            arrays = {name: np.concatenate([getattr(b, name) for b in batches], axis=1) for name in TIME_MAJOR_FIELDS}
+            arrays["bootstrap_value"] = np.concatenate([b.bootstrap_value for b in batches])
         return Batch(
-            **joined,
-            bootstrap_value=np.concatenate([b.bootstrap_value for b in batches]),
+            **arrays,
             episode_returns=[r for b in batches for r in b.episode_returns],
             episode_lengths=[n for b in batches for n in b.episode_lengths],
             raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
-            policy_version=min(b.policy_version for b in batches),
-            policy_versions=[v for b in batches for v in (b.policy_versions or [b.policy_version])],
+            policy_versions=[v for b in batches for v in b.policy_versions],
         )
 
     def copy(self) -> "Batch":
@@ -87,7 +95,6 @@ class Batch:
             episode_returns=list(self.episode_returns),
             episode_lengths=list(self.episode_lengths),
             raw_obs_sums=self.raw_obs_sums,
-            policy_version=self.policy_version,
             policy_versions=list(self.policy_versions),
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from rlpar.envs.factory import EnvSpec
-from rlpar.models.actor_critic import PolicySpec
+from rlpar.models.spec import PolicySpec
 from rlpar.sampling.base import Sampler
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.rollout import RolloutWorker

@@ -19,7 +19,7 @@ from multiprocessing import connection, shared_memory
 
 import numpy as np
 
-from rlpar.sampling.batch import TIME_MAJOR_FIELDS, Batch, concat_obs_sums, batch_layout
+from rlpar.sampling.batch import Batch, batch_layout
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
 
@@ -142,23 +142,19 @@ class MultiprocessSampler(WorkerPoolSampler):
             cols = slice(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
             views = _columns(self.arrays, cols)
             results.append((worker, Batch(**views, episode_returns=returns, episode_lengths=lengths,
-                                          raw_obs_sums=moments, policy_version=version, policy_versions=[version])))
+                                          raw_obs_sums=moments, policy_versions=[version])))
         return results
 
     def _assemble_all(self, results: dict[int, Batch]) -> Batch:
         """Workers wrote their columns of the shared arrays: the whole batch is already in place."""
         start = time.perf_counter()
-        ordered = [results[w] for w in range(self.num_workers)]
-        merged = Batch.concat(ordered) if len(ordered) == 1 else Batch(
-            **{k: self.arrays[k] for k in (*TIME_MAJOR_FIELDS, "bootstrap_value")},
-            episode_returns=[r for b in ordered for r in b.episode_returns],
-            episode_lengths=[n for b in ordered for n in b.episode_lengths],
-            raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in ordered]),
-            policy_version=min(b.policy_version for b in ordered),
-            policy_versions=[b.policy_version for b in ordered],
-        )
+        merged = Batch.concat([results[w] for w in range(self.num_workers)], arrays=dict(self.arrays))
         self._transfer_s += time.perf_counter() - start
         return merged
+
+    def _own(self, batch: Batch) -> Batch:
+        """The worker's next rollout overwrites its columns of shared memory: keep a copy."""
+        return batch.copy()
 
     def close(self) -> None:
         for conn in getattr(self, "conns", []):

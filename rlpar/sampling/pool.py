@@ -65,6 +65,10 @@ class WorkerPoolSampler(Sampler):
     def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch]]:
         """Block until at least one of `workers` has finished; return every finished one."""
 
+    def _own(self, batch: Batch) -> Batch:
+        """A batch that stays valid once its worker samples again (by default it already is)."""
+        return batch
+
     def _assemble_all(self, results: dict[int, Batch]) -> Batch:
         """Batch of a full blocking round, workers in index order."""
         return Batch.concat([results[w] for w in range(self.num_workers)])
@@ -114,7 +118,7 @@ class WorkerPoolSampler(Sampler):
                 if version - batch.policy_version > self.max_policy_lag:
                     self.dropped_batches += 1
                 else:
-                    accepted.append((worker, batch.copy()))
+                    accepted.append((worker, self._own(batch)))
                 self._submit(worker, weights, version)
                 self.in_flight.add(worker)
         accepted.sort(key=lambda item: item[0])

@@ -145,7 +145,6 @@ class RolloutWorker:
             episode_returns=returns,
             episode_lengths=lengths,
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
-            policy_version=self.policy_version,
             policy_versions=[self.policy_version],
         )
 
