@@ -30,10 +30,6 @@ class EnvSpec:
     vectorization: str = "auto"
     max_episode_steps: int | None = None
 
-    @property
-    def name(self) -> str:
-        return self.id or self.entry_point.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
-
 
 def resolve_env_spec(**env_cfg) -> EnvSpec:
     """Turn the `env` config group into an EnvSpec (keys that are not EnvSpec fields are ignored)."""

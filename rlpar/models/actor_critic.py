@@ -57,9 +57,6 @@ class ActorCritic(nn.Module):
                 x = self.activation(x)
         return x[ACTOR, :, : self.num_outputs], x[CRITIC, :, 0]
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.towers(obs)[1]
-
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True):
         """Log-probabilities, entropies (None unless asked) and values, written out by hand:
         torch.distributions does the same maths with several times the per-call overhead."""
