@@ -16,6 +16,7 @@ class ClusterProcess:
             [sys.executable, "-m", "rlpar.runtime.local_cluster", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node)],
             cwd=ROOT,
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -32,6 +33,15 @@ class ClusterProcess:
         if self.address is None:
             self.stop()
             raise RuntimeError("the test Ray cluster did not start")
+
+    def command(self, command: str) -> str:
+        """`add` or `remove` a worker node; returns the new or removed node's id."""
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        key, _, value = self.proc.stdout.readline().strip().partition("=")
+        if key not in ("added", "removed"):
+            raise RuntimeError(f"cluster command {command!r} failed: {key}={value}")
+        return value
 
     def stop(self) -> None:
         if self.proc.poll() is None:

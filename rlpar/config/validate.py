@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 SYNC_MODES = ("blocking", "non_blocking")
+CONNECT_TIMEOUT_S = 1.5
+START_CLUSTER_HINT = "start the cluster with `ray start --head` or check the address"
 
 
 class ConfigError(Exception):
@@ -21,12 +25,22 @@ class _Checker:
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
         self.problems: list[str] = []
+        self.unresolved: set[str] = set()
 
     def get(self, key: str):
-        return OmegaConf.select(self.cfg, key, default=None, throw_on_missing=False)
+        """The value as plain Python; None, with the problem noted, when an interpolation fails."""
+        try:
+            value = OmegaConf.select(self.cfg, key, default=None, throw_on_missing=False)
+            return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except OmegaConfBaseException as err:
+            self.unresolved.add(key)
+            self.problems.append(f"{key}: cannot be resolved ({_first_line(err)})")
+            return None
 
     def number(self, key: str, *, integer=False, low=None, high=None, low_open=False, high_open=False, optional=False):
         value = self.get(key)
+        if key in self.unresolved:
+            return None
         if value is None:
             if not optional:
                 self.problems.append(f"{key}: missing (expected a number)")
@@ -43,7 +57,7 @@ class _Checker:
 
     def choice(self, key: str, options) -> None:
         value = self.get(key)
-        if value not in options:
+        if key not in self.unresolved and value not in options:
             self.problems.append(f"{key}: {value!r} is not one of {', '.join(map(str, options))}")
 
 
@@ -58,18 +72,31 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     _check_env(c, check_env)
     c.choice("parallel.sync_mode", SYNC_MODES)
     c.number("parallel.max_policy_lag", integer=True, low=0)
+    _check_worker_limits(c, workers)
     target = str(c.get("parallel._target_") or "")
     if target.endswith("LocalSampler") and c.get("parallel.sync_mode") == "non_blocking":
         c.problems.append("parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local sampling runs in the learner's thread)")
     c.number("ray.cpus_per_worker", low=0, low_open=True)
     c.number("ray.object_store_mb", integer=True, low=80)
     c.number("ray.num_cpus", low=0, low_open=True, optional=True)
+    if target.endswith("DistributedSampler"):
+        _check_ray_address(c)
     _check_hardware(c)
     _check_resume(c)
     c.number("checkpoint.every", integer=True, low=0)
     c.number("checkpoint.keep", integer=True, low=1)
     if c.problems:
-        raise ConfigError(c.problems)
+        raise ConfigError(list(dict.fromkeys(c.problems)))  # an unresolved key is read more than once
+
+
+def _check_worker_limits(c: _Checker, workers) -> None:
+    """Failure limits of the multiprocess and Ray samplers (absent for local sampling)."""
+    c.number("parallel.max_worker_restarts", integer=True, low=0, optional=True)
+    c.number("parallel.sample_timeout_s", low=0, low_open=True, optional=True)
+    c.number("parallel.start_timeout_s", low=0, low_open=True, optional=True)
+    min_live = c.number("parallel.min_live_workers", integer=True, low=1, optional=True)
+    if isinstance(min_live, int) and isinstance(workers, int) and min_live > workers >= 1:
+        c.problems.append(f"parallel.min_live_workers: {min_live} is more than workers ({workers})")
 
 
 def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
@@ -94,11 +121,15 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
                 f"(algo.rollout_length {rollout} x workers {workers} x envs_per_worker {envs_per_worker} = {batch})"
             )
     hidden = c.get("algo.model.hidden_sizes")
-    if hidden is None or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden):
+    if "algo.model.hidden_sizes" not in c.unresolved and not _positive_integers(hidden):
         c.problems.append(f"algo.model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
     from rlpar.models.spec import ACTIVATIONS
 
     c.choice("algo.model.activation", tuple(ACTIVATIONS))
+
+
+def _positive_integers(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def _check_env(c: _Checker, check_env: bool) -> None:
@@ -110,37 +141,192 @@ def _check_env(c: _Checker, check_env: bool) -> None:
     if not check_env:
         return
     env_cfg = c.get("env")
-    if env_cfg is None:
-        c.problems.append("env: missing")
+    if "env" in c.unresolved:
         return
-    problem = check_env_exists(resolve_env_spec(**OmegaConf.to_container(env_cfg, resolve=True)))
+    if not isinstance(env_cfg, dict):
+        c.problems.append("env: missing" if env_cfg is None else f"env: expected a mapping, got {env_cfg!r}")
+        return
+    shape_problems = _env_shape_problems(env_cfg)
+    if shape_problems:
+        c.problems.extend(shape_problems)
+        return
+    problem = check_env_exists(resolve_env_spec(**env_cfg))
     if problem:
         c.problems.append(problem)
 
 
+def _env_shape_problems(env_cfg: dict) -> list[str]:
+    """Wrong types that would make building the environment spec fail with a traceback."""
+    problems = [
+        f"env.{key}: expected a string, got {env_cfg[key]!r}"
+        for key in ("id", "entry_point")
+        if env_cfg.get(key) is not None and not isinstance(env_cfg[key], str)
+    ]
+    kwargs = env_cfg.get("kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {kwargs!r}")
+    return problems
+
+
 def _check_hardware(c: _Checker) -> None:
-    device = c.get("hardware.device")
+    _check_device(c, c.get("hardware.device"))
+    c.number("hardware.torch_threads", integer=True, low=1)
+
+
+def _check_device(c: _Checker, device) -> None:
+    if "hardware.device" in c.unresolved:
+        return
     if device not in ("cpu", "cuda") and not (isinstance(device, str) and device.startswith("cuda:")):
         c.problems.append(f"hardware.device: {device!r} is not cpu, cuda or cuda:N")
-    elif str(device).startswith("cuda"):
+    elif device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             c.problems.append(f"hardware.device: {device} requested (hardware=gpu) but no CUDA GPU is visible to PyTorch")
-    c.number("hardware.torch_threads", integer=True, low=1)
+
+
+def _check_ray_address(c: _Checker) -> None:
+    """Joining a cluster that is not there would otherwise fail only after Ray's long retries."""
+    address = c.get("ray.address")
+    if not address:
+        return  # a private instance, started by rlpar
+    if not isinstance(address, str):
+        c.problems.append(f"ray.address: expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
+        return
+    if address != "auto":
+        problem = _address_problem(address)
+        if problem:
+            c.problems.append(f"ray.address: {problem}")
+        return
+    from rlpar.runtime.ray_runtime import auto_address, current_cluster_file
+
+    found = auto_address()
+    if found is None:
+        c.problems.append(
+            "ray.address: auto, but no running Ray cluster found on this machine (RAY_ADDRESS is unset, "
+            f"no {current_cluster_file()}); start one with `ray start --head` or give ray.address=HOST:PORT"
+        )
+        return
+    address, source = found
+    problem = _address_problem(address)
+    if problem:
+        c.problems.append(f"ray.address: auto found {address} in {source}, but {problem}")
+
+
+def _address_problem(address: str) -> str | None:
+    host_port = _host_and_port(address)
+    if host_port is None:
+        return f"'{address}' is not HOST:PORT, ray://HOST:PORT or auto"
+    reason = _unreachable_reason(*host_port)
+    if reason:
+        return f"nothing answers at {address} ({reason}); {START_CLUSTER_HINT}"
+    return None
+
+
+def _host_and_port(address: str) -> tuple[str, int] | None:
+    host, colon, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
+
+
+def _unreachable_reason(host: str, port: int) -> str | None:
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except socket.gaierror:
+        return "unknown host"
+    except TimeoutError:
+        return f"no answer within {CONNECT_TIMEOUT_S} s"
+    except ConnectionRefusedError:
+        return "connection refused"
+    except OSError as err:
+        return err.strerror or type(err).__name__
+
+
+def resume_dir_problem(resume) -> str | None:
+    """Why `resume` is not a run directory to continue, or None."""
+    run_dir = Path(str(resume))
+    if not run_dir.exists():
+        return f"resume: '{resume}' does not exist"
+    if not run_dir.is_dir():
+        return f"resume: '{resume}' is a file; give the run directory (the one holding config.yaml and checkpoints/)"
+    if not (run_dir / "config.yaml").is_file():
+        return f"resume: '{resume}' is not an rlpar run directory (it has no config.yaml)"
+    return None
 
 
 def _check_resume(c: _Checker) -> None:
     resume = c.get("resume")
     if resume is None:
         return
-    run_dir = Path(str(resume))
-    if not run_dir.is_dir():
-        c.problems.append(f"resume: '{resume}' is not a directory")
-    elif not (run_dir / "config.yaml").is_file():
-        c.problems.append(f"resume: '{resume}' has no config.yaml (not an rlpar run directory)")
-    else:
-        from rlpar.runtime.checkpoint import latest_valid_checkpoint
+    problem = resume_dir_problem(resume)
+    if problem:
+        c.problems.append(problem)
+        return
+    from rlpar.runtime.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 
-        if latest_valid_checkpoint(run_dir) is None:
-            c.problems.append(f"resume: '{resume}' holds no valid checkpoint under checkpoints/")
+    checkpoints = list_checkpoints(Path(str(resume)) / "checkpoints")
+    if not checkpoints:
+        c.problems.append(f"resume: '{resume}' has no checkpoint to resume from (checkpoints/ is empty or missing)")
+        return
+    errors = []
+    for path in reversed(checkpoints):  # as latest_valid_checkpoint does, keeping why each failed
+        try:
+            load_checkpoint(path)
+            return
+        except CheckpointError as err:
+            errors.append(err)
+    c.problems.append(
+        f"resume: '{resume}' cannot be resumed: its {len(checkpoints)} checkpoint(s) are all damaged/unreadable "
+        f"(newest: {errors[0]})"
+    )
+
+
+def override_problems(overrides: list[str]) -> list[str]:
+    """Command-line overrides Hydra would refuse with a traceback or without naming them:
+    malformed ones like `algo.lr=[1,2` and group choices that are not names like `algo=3`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    problems = []
+    for text in overrides:
+        if text.startswith("-") or "=" not in text:
+            continue  # Hydra flags and their values (-m, --cfg job); Hydra names a bare `key` itself
+        try:
+            override = parser.parse_overrides([text])[0]
+        except Exception as err:  # Hydra's parse errors, one per kind of syntax mistake
+            problems.append(f"{text.partition('=')[0]}: '{text}' is not a valid override ({_parse_reason(err)})")
+            continue
+        problem = _group_choice_problem(override, text)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _parse_reason(err: Exception) -> str:
+    reason = _first_line(err)
+    return "unexpected character; quote values with special characters" if "LexerNoViableAlt" in reason else reason
+
+
+def _group_choice_problem(override, text: str) -> str | None:
+    from rlpar.config.compose import CONF_DIR
+
+    group = override.key_or_group
+    if override.is_sweep_override() or not (CONF_DIR / group).is_dir():
+        return None
+    value = override.value()
+    if isinstance(value, (str, dict)) or (value is None and override.is_delete()):
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return None
+    if not group:
+        return f"'{text}': no key before '='"
+    options = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+    return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {options})"
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

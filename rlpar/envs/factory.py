@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
+from rlpar.envs.recovering import RecoveringEnv
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
 
 VECTORIZATION_MODES = ("auto", "native", "sync")
@@ -111,7 +113,9 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     envs share one generator and are reproducible only for a fixed split.
 
     Both kinds use Gymnasium's next-step autoreset: the step after an episode ends is a
-    reset step whose action is ignored (the rollout marks it invalid).
+    reset step whose action is ignored (the rollout marks it invalid). Environments stepped one
+    by one (`sync`) are rebuilt when they raise (recovering.py); an exception inside a native
+    vector env fails its worker, which the multiprocess and Ray samplers replace.
     """
     if vector_mode(spec) == "native":
         if spec.id in SEEDED_NATIVE and not spec.kwargs:
@@ -121,7 +125,13 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
         return gym.make_vec(
             spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
         )
-    return gym.vector.SyncVectorEnv([lambda: make_env(spec) for _ in range(num_envs)])
+    build = partial(make_env, spec)
+    return gym.vector.SyncVectorEnv([lambda: RecoveringEnv(build(), build) for _ in range(num_envs)])
+
+
+def env_restarts(venv: gym.vector.VectorEnv) -> int:
+    """Rebuilds so far of the environments inside `venv` (0 for native vector envs)."""
+    return sum(getattr(env, "restarts", 0) for env in getattr(venv, "envs", ()))
 
 
 def vector_mode(spec: EnvSpec) -> str:

@@ -57,7 +57,19 @@ def load_checkpoint(path: str | Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(f"checkpoint '{path}' cannot be read ({type(err).__name__}: {err})") from err
+        raise CheckpointError(f"checkpoint '{path}' cannot be read ({_short_reason(err)})") from err
+
+
+def _short_reason(err: Exception) -> str:
+    """One line: torch's weights_only refusals run to a dozen lines of advice."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+    line = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    line = line.split(". ", 1)[0]
+    if not line:
+        return f"{type(err).__name__}: empty or truncated file" if isinstance(err, EOFError) else type(err).__name__
+    return f"{type(err).__name__}: {line[:160]}"
 
 
 def latest_valid_checkpoint(run_dir: str | Path) -> tuple[Path, dict] | None:

@@ -6,6 +6,10 @@ prints `address=127.0.0.1:PORT` once every node is up, then keeps the cluster al
 interrupted (Ctrl-C / SIGTERM). Train on it with
 `python main.py parallel=distributed hardware=cluster ray.address=127.0.0.1:PORT`.
 `ray start` on one machine advertises the machine's external address; this does not.
+
+To watch a run survive a lost node and grow onto a new one, type on its standard input:
+`remove` (a worker node goes away, with its env runners) and `add` (a node joins);
+each answers with a line `removed=NODE_ID` / `added=NODE_ID` (or `error=...`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import threading
+import sys
+
+
+def node_args(cpus_per_node: float, object_store_mb: int) -> dict:
+    return dict(num_cpus=cpus_per_node, object_store_memory=object_store_mb * 1024 * 1024)
 
 
 def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100):
@@ -21,12 +29,36 @@ def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     from ray.cluster_utils import Cluster
 
-    node_args = dict(num_cpus=cpus_per_node, object_store_memory=object_store_mb * 1024 * 1024)
-    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+    args = node_args(cpus_per_node, object_store_mb)
+    cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     for _ in range(nodes - 1):
-        cluster.add_node(**node_args)
+        cluster.add_node(**args)
     cluster.wait_for_nodes()
     return cluster
+
+
+def serve_commands(cluster, new_node_args: dict, lines) -> None:
+    """Add and remove worker nodes on request, one command per line, until input ends."""
+    for line in lines:
+        command = line.strip()
+        if command == "add":
+            node = cluster.add_node(**new_node_args)
+            cluster.wait_for_nodes()
+            print(f"added={node.node_id}", flush=True)
+        elif command == "remove":
+            workers = list(cluster.worker_nodes)
+            if not workers:
+                print("error=only the head node is left (the driver's node cannot be removed)", flush=True)
+                continue
+            node = workers[0]
+            cluster.remove_node(node)
+            print(f"removed={node.node_id}", flush=True)
+        elif command:
+            print(f"error=unknown command {command!r} (add | remove)", flush=True)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main() -> None:
@@ -36,12 +68,14 @@ def main() -> None:
     parser.add_argument("--object-store-mb", type=int, default=100)
     args = parser.parse_args()
     cluster = start_cluster(args.nodes, args.cpus_per_node, args.object_store_mb)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, _interrupt)
     print(f"address={cluster.address}", flush=True)
     try:
-        stop.wait()
+        serve_commands(cluster, node_args(args.cpus_per_node, args.object_store_mb), sys.stdin)
+        while True:  # input closed: keep the cluster up until interrupted
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
     finally:
         cluster.shutdown()
 

@@ -21,6 +21,26 @@ def is_loopback(address: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
 
+def auto_address() -> tuple[str, str] | None:
+    """The cluster Ray's `address="auto"` joins, and where that address came from: RAY_ADDRESS,
+    else the file `ray start` writes (Ray 2.x: $RAY_TMPDIR, $TMPDIR or /tmp, then
+    ray/ray_current_cluster). None when neither names one. (Ray's last resort, any GCS process
+    `ps` shows, is left out: that may be another program's private instance.)"""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    address_file = current_cluster_file()
+    if address_file.is_file():
+        address = address_file.read_text().strip()
+        if address:
+            return address, str(address_file)
+    return None
+
+
+def current_cluster_file() -> Path:
+    temp_dir = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(temp_dir) / "ray" / "ray_current_cluster"
+
+
 def _prepare_environment(on_loopback: bool) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     if on_loopback:
@@ -39,6 +59,10 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
     import ray
 
     ray.init(
+        # "local": always a new instance. With no address, ray.init joins RAY_ADDRESS or the
+        # cluster last started on this machine (ray/ray_current_cluster) and, given num_cpus,
+        # fails ("When connecting to an existing cluster, num_cpus ... must not be provided").
+        address="local",
         num_cpus=num_cpus or os.cpu_count(),
         include_dashboard=False,
         object_store_memory=object_store_mb * 1024 * 1024,

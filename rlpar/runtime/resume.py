@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.validate import ConfigError
+from rlpar.config.validate import ConfigError, resume_dir_problem
 
 # Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
 RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes")
@@ -21,17 +21,28 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
     """
     if not cfg.get("resume"):
         return cfg
+    problem = resume_dir_problem(cfg.resume)
+    if problem:
+        raise ConfigError([problem])
     run_dir = Path(str(cfg.resume))
-    saved_path = run_dir / "config.yaml"
-    if not saved_path.is_file():
-        raise ConfigError([f"resume: '{cfg.resume}' is not an rlpar run directory (no config.yaml)"])
-    saved = OmegaConf.load(saved_path)
+    saved = _load_saved_config(run_dir / "config.yaml")
     with open_dict(saved):
         saved.resume = str(run_dir)
         saved.run_dir = str(run_dir)
         for key in _overridden_keys() if overridden_keys is None else overridden_keys:
             if key in RESUME_OVERRIDABLE:
                 OmegaConf.update(saved, key, OmegaConf.select(cfg, key), force_add=True)
+    return saved
+
+
+def _load_saved_config(path: Path) -> DictConfig:
+    try:
+        saved = OmegaConf.load(path)
+    except Exception as err:  # YAML and OmegaConf errors take many forms
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError([f"resume: '{path}' cannot be read ({reason})"]) from err
+    if not isinstance(saved, DictConfig):
+        raise ConfigError([f"resume: '{path}' is not an rlpar config (expected a mapping)"])
     return saved
 
 

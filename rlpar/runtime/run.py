@@ -9,8 +9,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.validate import validate_config
+from rlpar.learning.errors import NonFiniteLossError
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import latest_valid_checkpoint
+from rlpar.sampling.errors import WorkerPoolError
 
 
 def resolved_config(cfg: DictConfig) -> dict:
@@ -34,11 +36,15 @@ def run(cfg: DictConfig) -> dict:
             trainer.restore(checkpoint)
         try:
             final = trainer.fit()
-        except KeyboardInterrupt:
-            # Ctrl-C / SIGTERM: keep what was learnt, then let `finally` stop every worker.
+        except (KeyboardInterrupt, WorkerPoolError, NonFiniteLossError) as stop:
+            # Ctrl-C, SIGTERM, or a failure the run cannot train through: keep what was learnt
+            # (non-finite updates were skipped, so the weights are sound), then let `finally`
+            # stop every worker.
             if trainer.checkpointer is not None and trainer.iteration > 0:
                 path = trainer.save()
-                print(f"\ninterrupted at iteration {trainer.iteration}: checkpoint {path}", flush=True)
+                why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped"
+                print(f"\n{why} at iteration {trainer.iteration}: checkpoint {path} "
+                      f"(continue with resume={run_dir})", flush=True)
             raise
         if cfg.get("eval_episodes", 0):
             final = {**final, **trainer.evaluate(cfg.eval_episodes)}

@@ -56,6 +56,8 @@ class Batch:
     raw_obs_sums: tuple[np.ndarray, np.ndarray] | None = None
     # One entry per worker that contributed, in order: the policy version it acted with.
     policy_versions: list[int] = field(default_factory=lambda: [0])
+    # Environments that raised and were rebuilt while this batch was collected.
+    env_restarts: int = 0
 
     @property
     def num_steps(self) -> int:
@@ -85,6 +87,7 @@ class Batch:
             episode_lengths=[n for b in batches for n in b.episode_lengths],
             raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
             policy_versions=[v for b in batches for v in b.policy_versions],
+            env_restarts=sum(b.env_restarts for b in batches),
         )
 
     def copy(self) -> "Batch":
@@ -96,6 +99,7 @@ class Batch:
             episode_lengths=list(self.episode_lengths),
             raw_obs_sums=self.raw_obs_sums,
             policy_versions=list(self.policy_versions),
+            env_restarts=self.env_restarts,
         )
 
 

@@ -9,23 +9,25 @@ and are spread over the cluster's nodes.
 
 from __future__ import annotations
 
+import os
 import time
 
 from rlpar.sampling.batch import Batch
+from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
 
 
 class EnvRunner:
-    """The actor body: a RolloutWorker plus the identity of the node it runs on."""
+    """The actor body: a RolloutWorker plus where it runs (node and process)."""
 
     def __init__(self, **worker_kwargs):
         self.worker = RolloutWorker(**worker_kwargs)
 
-    def node_id(self) -> str:
+    def location(self) -> tuple[str, int]:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return ray.get_runtime_context().get_node_id(), os.getpid()
 
     def sample(self, weights: dict | None, version: int) -> Batch:
         if weights is not None:
@@ -44,53 +46,91 @@ class DistributedSampler(WorkerPoolSampler):
         **pool_kwargs,
     ):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
-        rollout_length, seed, sync_mode, max_policy_lag)."""
+        rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
         super().__init__(**pool_kwargs)
         from rlpar.runtime.ray_runtime import RayConnection
 
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
         ray = self.ray = self.connection.ray
-        runner_cls = ray.remote(EnvRunner).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
-        self.runners = [runner_cls.remote(**self.worker_kwargs(w)) for w in range(self.num_workers)]
-        # Not waited for here: runners boot while the learner and logger are being built.
-        self._node_id_refs = [r.node_id.remote() for r in self.runners]
-        self.node_ids: list[str] | None = None
+        # Spread over the nodes; a replacement goes wherever capacity exists, and one that finds
+        # none waits, without holding up training, until a node joins.
+        self.runner_cls = ray.remote(EnvRunner).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
+        self.runners: list = [None] * self.num_workers
+        self.locations: list[tuple[str, int] | None] = [None] * self.num_workers
+        self.location_refs: dict = {}  # object ref -> starting worker
         self.pending: dict = {}  # object ref -> worker index
-        self.sent_version = [None] * self.num_workers
         self._weights_ref, self._weights_version = None, None
+        # Not waited for here: runners boot while the learner and logger are being built.
+        self.start_workers()
 
-    def _submit(self, worker: int, weights: dict, version: int) -> None:
-        start = time.perf_counter()
-        if self._weights_version != version:
+    def _launch(self, worker: int) -> None:
+        self.runners[worker] = self.runner_cls.remote(**self.worker_kwargs(worker))
+        self.locations[worker] = None
+        self.location_refs[self.runners[worker].location.remote()] = worker
+
+    def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
+        answered = []
+        for ref in self._wait_refs([r for r, w in self.location_refs.items() if w in workers], timeout):
+            worker = self.location_refs.pop(ref)
+            result = self._get(ref)
+            if not isinstance(result, WorkerFailure):
+                self.locations[worker], result = result, None
+            answered.append((worker, result))
+        return answered
+
+    def _send(self, worker: int, weights: dict | None, version: int) -> None:
+        if weights is not None and self._weights_version != version:
             self._weights_ref, self._weights_version = self.ray.put(weights), version
-        fresh = self.sent_version[worker] != version
-        ref = self.runners[worker].sample.remote(self._weights_ref if fresh else None, version)
-        self.sent_version[worker] = version
+        ref = self.runners[worker].sample.remote(self._weights_ref if weights is not None else None, version)
         self.pending[ref] = worker
-        self._sync_s += time.perf_counter() - start
 
-    def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch]]:
-        refs = [ref for ref, w in self.pending.items() if w in workers]
+    def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
+        ready = self._wait_refs([r for r, w in self.pending.items() if w in workers], timeout)
+        start = time.perf_counter()
+        results = [(self.pending.pop(ref), self._get(ref)) for ref in ready]
+        self._transfer_s += time.perf_counter() - start
+        return results
+
+    def _wait_refs(self, refs: list, timeout: float | None) -> list:
+        """Every finished ref of `refs`, after waiting up to `timeout` for the first."""
+        if not refs:
+            return []
         ready, rest = self.ray.wait(refs, num_returns=1, timeout=timeout)
-        if rest:
+        if ready and rest:
             more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
-        start = time.perf_counter()
-        batches = self.ray.get(ready)
-        self._transfer_s += time.perf_counter() - start
-        return [(self.pending.pop(ref), batch) for ref, batch in zip(ready, batches)]
+        return ready
+
+    def _get(self, ref):
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayError as err:  # actor died, node lost, or the runner raised
+            return WorkerFailure(_describe(err))
+
+    def _stop(self, worker: int) -> None:
+        for refs in (self.pending, self.location_refs):
+            for ref in [r for r, w in refs.items() if w == worker]:
+                del refs[ref]
+        try:
+            self.ray.kill(self.runners[worker])
+        except Exception:
+            pass  # already gone with its node
+        self.runners[worker] = None
+
+    def worker_pids(self) -> list[int | None]:
+        return [loc[1] if loc else None for loc in self.locations]
 
     def num_nodes(self) -> int:
-        if self.node_ids is None:
-            self.node_ids = self.ray.get(self._node_id_refs)
-        return len(set(self.node_ids))
+        return len({self.locations[w][0] for w in self.live if self.locations[w]})
 
     def close(self) -> None:
-        for runner in getattr(self, "runners", []):
-            try:
-                self.ray.kill(runner)
-            except Exception:
-                pass
-        self.runners = []
+        for worker, runner in enumerate(getattr(self, "runners", [])):
+            if runner is not None:
+                self._stop(worker)
         if hasattr(self, "connection"):
             self.connection.shutdown()
+
+
+def _describe(err: Exception) -> str:
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]

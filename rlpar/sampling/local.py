@@ -32,12 +32,14 @@ class LocalSampler(Sampler):
             seed=seed,
         )
         self._timings: dict = {}
+        self.env_restarts = 0
 
     def sample(self, weights: dict, version: int) -> Batch:
         start = time.perf_counter()
         self.worker.set_weights(weights, version)
         synced = time.perf_counter()
         batch = self.worker.sample()
+        self.env_restarts += batch.env_restarts
         self._timings = {
             "time_weight_sync_s": synced - start,
             "time_sample_s": time.perf_counter() - synced,
@@ -48,15 +50,17 @@ class LocalSampler(Sampler):
     def metrics(self) -> dict:
         # Always on-policy: the batch was sampled with exactly the weights passed in.
         lag = {"policy_lag_min": 0, "policy_lag_mean": 0.0, "policy_lag_max": 0}
-        return {**self._timings, **lag, "live_workers": 1, "num_nodes": 1}
+        health = {"live_workers": 1, "worker_restarts": 0, "env_restarts": self.env_restarts, "num_nodes": 1}
+        return {**self._timings, **lag, **health}
 
     def state_dict(self) -> dict:
         """In-process environments can be captured, so a resumed local run continues exactly."""
-        return {"worker": self.worker.get_state()}
+        return {"worker": self.worker.get_state(), "env_restarts": self.env_restarts}
 
     def load_state_dict(self, state: dict) -> None:
         if "worker" in state:
             self.worker.set_state(state["worker"])
+        self.env_restarts = int(state.get("env_restarts", 0))
 
     def close(self) -> None:
         self.worker.close()

@@ -20,11 +20,9 @@ from multiprocessing import connection, shared_memory
 import numpy as np
 
 from rlpar.sampling.batch import Batch, batch_layout
+from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
-
-START_TIMEOUT_S = 120.0
-
 
 def _attach(names: dict, layout: dict) -> tuple[list, dict[str, np.ndarray]]:
     blocks, arrays = [], {}
@@ -39,8 +37,11 @@ def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, np.ndarray
     return {k: (v[cols] if k == "bootstrap_value" else v[:, cols]) for k, v in arrays.items()}
 
 
-def _worker_main(conn, names, layout, cols, worker_kwargs):
+def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):
     """Subprocess loop: wait for a request, roll out into shared memory, report statistics."""
+    # A forked child holds a copy of the trainer's end of its pipe: close it, so that the trainer's
+    # death (even by SIGKILL) reaches this worker as end-of-file and it exits instead of lingering.
+    parent_end.close()
     blocks = []
     try:
         blocks, arrays = _attach(names, layout)
@@ -55,7 +56,8 @@ def _worker_main(conn, names, layout, cols, worker_kwargs):
             if weights is not None:
                 worker.set_weights(weights, version)
             batch = worker.sample(out=out)
-            conn.send(("done", (batch.episode_returns, batch.episode_lengths, batch.raw_obs_sums, version)))
+            stats = (batch.episode_returns, batch.episode_lengths, batch.raw_obs_sums, version, batch.env_restarts)
+            conn.send(("done", stats))
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
@@ -77,7 +79,7 @@ class MultiprocessSampler(WorkerPoolSampler):
         **pool_kwargs,
     ):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
-        rollout_length, seed, sync_mode, max_policy_lag)."""
+        rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
         super().__init__(**pool_kwargs)
         self.layout = batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
         self.blocks = {
@@ -87,63 +89,82 @@ class MultiprocessSampler(WorkerPoolSampler):
         self.arrays = {
             key: np.ndarray(shape, dtype=dtype, buffer=self.blocks[key].buf) for key, (shape, dtype) in self.layout.items()
         }
-        names = {key: block.name for key, block in self.blocks.items()}
-        context = mp.get_context(start_method)
-        self.conns, self.processes, self.sent_version = [], [], [None] * self.num_workers
-        self.episode_stats: dict[int, tuple] = {}
+        self.block_names = {key: block.name for key, block in self.blocks.items()}
+        self.context = mp.get_context(start_method)
+        self.conns: list = [None] * self.num_workers
+        self.processes: list = [None] * self.num_workers
         try:
-            for w in range(self.num_workers):
-                parent, child = context.Pipe()
-                cols = slice(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
-                proc = context.Process(
-                    target=_worker_main,
-                    args=(child, names, self.layout, cols, self.worker_kwargs(w)),
-                    daemon=True,
-                    name=f"rlpar-worker-{w}",
-                )
-                proc.start()
-                child.close()
-                self.conns.append(parent)
-                self.processes.append(proc)
-            for w in range(self.num_workers):
-                self._expect(w, "ready", START_TIMEOUT_S)
+            self.start_workers()
         except BaseException:
             self.close()
             raise
 
-    def _expect(self, worker: int, kind: str, timeout: float | None):
-        conn = self.conns[worker]
-        if timeout is not None and not conn.poll(timeout):
-            raise RuntimeError(f"multiprocess worker {worker} did not answer within {timeout:.0f} s")
+    def _columns_of(self, worker: int) -> slice:
+        return slice(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
+
+    def _launch(self, worker: int) -> None:
+        parent, child = self.context.Pipe()
+        proc = self.context.Process(
+            target=_worker_main,
+            args=(child, parent, self.block_names, self.layout, self._columns_of(worker), self.worker_kwargs(worker)),
+            daemon=True,
+            name=f"rlpar-worker-{worker}",
+        )
+        proc.start()
+        child.close()
+        self.conns[worker], self.processes[worker] = parent, proc
+
+    def _receive(self, worker: int, kind: str):
+        """The worker's next message if it is `kind`, else a WorkerFailure saying what happened."""
         try:
-            message = conn.recv()
-        except EOFError as err:
-            raise RuntimeError(f"multiprocess worker {worker} died (exit code {self.processes[worker].exitcode})") from err
+            message = self.conns[worker].recv()
+        except (EOFError, OSError):
+            proc = self.processes[worker]
+            proc.join(1.0)
+            return WorkerFailure(f"process {proc.pid} died (exit code {proc.exitcode})")
         if message[0] == "error":
-            raise RuntimeError(f"multiprocess worker {worker} failed:\n{message[1]}")
+            return WorkerFailure(f"raised {message[1].strip().splitlines()[-1]}")
         if message[0] != kind:
-            raise RuntimeError(f"multiprocess worker {worker} sent {message[0]!r}, expected {kind!r}")
+            return WorkerFailure(f"sent {message[0]!r} instead of {kind!r}")
         return message[1]
 
-    def _submit(self, worker: int, weights: dict, version: int) -> None:
-        start = time.perf_counter()
-        fresh = self.sent_version[worker] != version
-        self.conns[worker].send(("sample", weights if fresh else None, version))
-        self.sent_version[worker] = version
-        self._sync_s += time.perf_counter() - start
-
-    def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch]]:
+    def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
         by_conn = {self.conns[w]: w for w in workers}
-        ready = connection.wait(list(by_conn), timeout)
-        results = []
-        for conn in ready:
+        answered = []
+        for conn in connection.wait(list(by_conn), timeout):
             worker = by_conn[conn]
-            returns, lengths, moments, version = self._expect(worker, "done", None)
-            cols = slice(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
-            views = _columns(self.arrays, cols)
-            results.append((worker, Batch(**views, episode_returns=returns, episode_lengths=lengths,
-                                          raw_obs_sums=moments, policy_versions=[version])))
+            result = self._receive(worker, "ready")
+            answered.append((worker, result if isinstance(result, WorkerFailure) else None))
+        return answered
+
+    def _send(self, worker: int, weights: dict | None, version: int) -> None:
+        try:
+            self.conns[worker].send(("sample", weights, version))
+        except (BrokenPipeError, OSError):
+            pass  # it died: the next wait reads end-of-file and replaces it
+
+    def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
+        by_conn = {self.conns[w]: w for w in workers}
+        results = []
+        for conn in connection.wait(list(by_conn), timeout):
+            worker = by_conn[conn]
+            result = self._receive(worker, "done")
+            if not isinstance(result, WorkerFailure):
+                returns, lengths, moments, version, env_restarts = result
+                result = Batch(**_columns(self.arrays, self._columns_of(worker)), episode_returns=returns,
+                               episode_lengths=lengths, raw_obs_sums=moments, policy_versions=[version],
+                               env_restarts=env_restarts)
+            results.append((worker, result))
         return results
+
+    def _stop(self, worker: int) -> None:
+        proc, conn = self.processes[worker], self.conns[worker]
+        if proc is not None and proc.is_alive():
+            proc.kill()
+        if proc is not None:
+            proc.join(5.0)
+        if conn is not None:
+            conn.close()
 
     def _assemble_all(self, results: dict[int, Batch]) -> Batch:
         """Workers wrote their columns of the shared arrays: the whole batch is already in place."""
@@ -156,21 +177,24 @@ class MultiprocessSampler(WorkerPoolSampler):
         """The worker's next rollout overwrites its columns of shared memory: keep a copy."""
         return batch.copy()
 
+    def worker_pids(self) -> list[int]:
+        return [proc.pid for proc in self.processes if proc is not None]
+
     def close(self) -> None:
-        for conn in getattr(self, "conns", []):
+        live = [(c, p) for c, p in zip(getattr(self, "conns", []), getattr(self, "processes", [])) if c is not None]
+        for conn, _ in live:
             try:
                 conn.send(("close",))
             except (BrokenPipeError, OSError):
                 pass
         deadline = time.monotonic() + 5.0
-        for proc in getattr(self, "processes", []):
+        for conn, proc in live:
             proc.join(max(deadline - time.monotonic(), 0.1))
             if proc.is_alive():
                 proc.kill()
                 proc.join(1.0)
-        for conn in getattr(self, "conns", []):
             conn.close()
-        self.conns, self.processes = [], []
+        self.conns, self.processes = [None] * self.num_workers, [None] * self.num_workers
         for block in getattr(self, "blocks", {}).values():
             block.close()
             try:
@@ -178,4 +202,3 @@ class MultiprocessSampler(WorkerPoolSampler):
             except FileNotFoundError:
                 pass
         self.blocks = {}
-

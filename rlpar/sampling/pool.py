@@ -1,17 +1,26 @@
-"""What the multiprocess and Ray samplers share: rounds over a pool of workers.
+"""What the multiprocess and Ray samplers share: rounds over a pool of workers that may fail.
 
-`sync_mode=blocking`: every worker samples with the newest weights and the learner waits for all
-of them (strictly on-policy; worker i's environments are columns [i*E, (i+1)*E) of the batch,
+`sync_mode=blocking`: every live worker samples with the newest weights and the learner waits for
+all of them (strictly on-policy; worker i's environments are columns [i*E, (i+1)*E) of the batch,
 exactly as if one process had stepped them all).
 
-`sync_mode=non_blocking`: every worker always has a request in flight, so sampling continues while
-the learner updates. A round takes whatever batches are ready, drops those whose policy version
-lags the learner's by more than `max_policy_lag`, and immediately hands each returning worker the
-newest weights.
+`sync_mode=non_blocking`: every live worker always has a request in flight, so sampling continues
+while the learner updates. A round takes whatever batches are ready, drops those whose policy
+version lags the learner's by more than `max_policy_lag`, and immediately hands each returning
+worker the newest weights.
+
+Failures: a worker that dies, raises, or does not answer within `sample_timeout_s` is stopped and
+replaced by a fresh one (new environment seeds), which gets the newest weights on its first
+request. Its rollout is dropped, never partly used; the round goes on with the healthy workers.
+Replacements start in the background and join a later round once they answer (on a Ray cluster
+they wait for capacity, e.g. a node that joins later). The run stops with `WorkerPoolError` after
+more than `max_worker_restarts` replacements, or when fewer than `min_live_workers` are up for
+`start_timeout_s`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from abc import abstractmethod
 
@@ -19,6 +28,9 @@ import numpy as np
 
 from rlpar.sampling.base import Sampler
 from rlpar.sampling.batch import Batch
+from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
+
+log = logging.getLogger("rlpar")
 
 
 class WorkerPoolSampler(Sampler):
@@ -33,6 +45,10 @@ class WorkerPoolSampler(Sampler):
         seed: int,
         sync_mode: str = "blocking",
         max_policy_lag: int = 1,
+        max_worker_restarts: int = 100,
+        sample_timeout_s: float = 60.0,
+        start_timeout_s: float = 300.0,
+        min_live_workers: int = 1,
     ):
         self.env_spec, self.policy_spec = env_spec, policy_spec
         self.rollout_length, self.seed = rollout_length, seed
@@ -41,8 +57,20 @@ class WorkerPoolSampler(Sampler):
         self.num_envs = num_workers * envs_per_worker
         self.sync_mode = sync_mode
         self.max_policy_lag = max_policy_lag
-        self.in_flight: set[int] = set()
+        self.max_worker_restarts = max_worker_restarts
+        self.sample_timeout_s = sample_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.min_live_workers = min_live_workers
+        self.live: set[int] = set()
+        self.starting: set[int] = set()
+        self.booting: set[int] = set()  # first start of the pool: rounds wait for all of these
+        self.in_flight: dict[int, float] = {}  # worker -> deadline of its request
+        self.sent_version: list[int | None] = [None] * num_workers
+        self.generation = [0] * num_workers  # replacements of each worker so far
+        self.worker_restarts = 0
+        self.env_restarts = 0
         self.dropped_batches = 0
+        self.last_failure = ""
         self._metrics: dict = {}
 
     def worker_kwargs(self, worker: int) -> dict:
@@ -54,34 +82,127 @@ class WorkerPoolSampler(Sampler):
             rollout_length=self.rollout_length,
             seed=self.seed,
             first_env_index=worker * self.envs_per_worker,
+            generation=self.generation[worker],
         )
+
+    def start_workers(self) -> None:
+        """Launch every worker; called by subclasses once they can launch one."""
+        for worker in range(self.num_workers):
+            self._launch(worker)
+        self.starting = set(range(self.num_workers))
+        self.booting = set(self.starting)
 
     # -- what a concrete pool provides ------------------------------------------------------
     @abstractmethod
-    def _submit(self, worker: int, weights: dict, version: int) -> None:
-        """Start an asynchronous rollout on `worker` with these weights."""
+    def _launch(self, worker: int) -> None:
+        """Start worker `worker` (with `worker_kwargs(worker)`) without waiting for it."""
 
     @abstractmethod
-    def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch]]:
-        """Block until at least one of `workers` has finished; return every finished one."""
+    def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
+        """Starting workers that have come up (None) or failed to, waiting up to `timeout`."""
+
+    @abstractmethod
+    def _send(self, worker: int, weights: dict | None, version: int) -> None:
+        """Start an asynchronous rollout; `weights` is None when the worker already has them."""
+
+    @abstractmethod
+    def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
+        """Every finished request of `workers`, after waiting up to `timeout` for the first."""
+
+    @abstractmethod
+    def _stop(self, worker: int) -> None:
+        """Kill worker `worker` for good (it failed or hangs)."""
 
     def _own(self, batch: Batch) -> Batch:
         """A batch that stays valid once its worker samples again (by default it already is)."""
         return batch
 
     def _assemble_all(self, results: dict[int, Batch]) -> Batch:
-        """Batch of a full blocking round, workers in index order."""
+        """Batch of a blocking round in which every worker answered, in worker order."""
         return Batch.concat([results[w] for w in range(self.num_workers)])
+
+    # -- failures ---------------------------------------------------------------------------
+    def _replace(self, worker: int, failure: WorkerFailure) -> None:
+        self.worker_restarts += 1
+        self.last_failure = f"worker {worker}: {failure.reason}"
+        if self.worker_restarts > self.max_worker_restarts:
+            raise WorkerPoolError(
+                f"{self.worker_restarts} worker failures, more than parallel.max_worker_restarts="
+                f"{self.max_worker_restarts}; last: {self.last_failure}"
+            )
+        log.warning("%s; replacing it (restart %d of at most %d)", self.last_failure,
+                    self.worker_restarts, self.max_worker_restarts)
+        self.live.discard(worker)
+        self.booting.discard(worker)
+        self.in_flight.pop(worker, None)
+        self._stop(worker)
+        self.generation[worker] += 1
+        self.sent_version[worker] = None
+        self._launch(worker)
+        self.starting.add(worker)
+
+    def _admit_started(self) -> None:
+        """Move workers that came up into the live set; wait when the pool is booting or too small."""
+        deadline = time.monotonic() + self.start_timeout_s
+        while self.starting:
+            must_wait = bool(self.booting) or len(self.live) < self.min_live_workers
+            timeout = max(deadline - time.monotonic(), 0.0) if must_wait else 0.0
+            answered = self._ready(set(self.starting), timeout)
+            for worker, failure in answered:
+                self.starting.discard(worker)
+                self.booting.discard(worker)
+                if failure is None:
+                    self.live.add(worker)
+                else:
+                    self._replace(worker, failure)
+            if not must_wait or (not answered and time.monotonic() >= deadline):
+                break
+        self.booting.clear()
+        if len(self.live) < self.min_live_workers:
+            raise WorkerPoolError(
+                f"only {len(self.live)} of {self.num_workers} workers are up after waiting "
+                f"{self.start_timeout_s:.0f} s (parallel.min_live_workers={self.min_live_workers})"
+                + (f"; last failure: {self.last_failure}" if self.last_failure else "")
+            )
+
+    def _submit(self, worker: int, weights: dict, version: int) -> None:
+        start = time.perf_counter()
+        fresh = self.sent_version[worker] != version
+        self._send(worker, weights if fresh else None, version)
+        self.sent_version[worker] = version
+        self.in_flight[worker] = time.monotonic() + self.sample_timeout_s
+        self._sync_s += time.perf_counter() - start
+
+    def _collect(self) -> list[tuple[int, Batch]]:
+        """Finished rollouts of in-flight workers; failed and timed-out workers are replaced."""
+        deadline = min(self.in_flight.values())
+        finished = self._wait(set(self.in_flight), max(deadline - time.monotonic(), 0.0))
+        batches = []
+        for worker, result in finished:
+            self.in_flight.pop(worker, None)
+            if isinstance(result, WorkerFailure):
+                self._replace(worker, result)
+            else:
+                self.env_restarts += result.env_restarts
+                batches.append((worker, result))
+        now = time.monotonic()
+        for worker, worker_deadline in list(self.in_flight.items()):
+            if worker_deadline <= now:
+                self._replace(worker, WorkerFailure(f"no rollout within {self.sample_timeout_s:g} s (parallel.sample_timeout_s)"))
+        return batches
 
     # -- rounds -----------------------------------------------------------------------------
     def sample(self, weights: dict, version: int) -> Batch:
         start = time.perf_counter()
         self._sync_s = 0.0
         self._transfer_s = 0.0
-        if self.sync_mode == "blocking":
-            batch = self._blocking_round(weights, version)
-        else:
-            batch = self._non_blocking_round(weights, version)
+        batch = None
+        while batch is None:  # a round whose every worker failed is repeated with the replacements
+            self._admit_started()
+            if self.sync_mode == "blocking":
+                batch = self._blocking_round(weights, version)
+            else:
+                batch = self._non_blocking_round(weights, version)
         lags = [version - v for v in batch.policy_versions] or [0]
         self._metrics = {
             "time_sample_s": time.perf_counter() - start - self._sync_s - self._transfer_s,
@@ -95,37 +216,51 @@ class WorkerPoolSampler(Sampler):
         }
         return batch
 
-    def _blocking_round(self, weights: dict, version: int) -> Batch:
-        for worker in range(self.num_workers):
+    def _blocking_round(self, weights: dict, version: int) -> Batch | None:
+        for worker in sorted(self.live):
             self._submit(worker, weights, version)
-            self.in_flight.add(worker)
         results: dict[int, Batch] = {}
         while self.in_flight:
-            for worker, batch in self._wait(set(self.in_flight), None):
-                self.in_flight.discard(worker)
-                results[worker] = batch
-        return self._assemble_all(results)
+            results.update(self._collect())
+        if not results:
+            return None
+        if len(results) == self.num_workers:
+            return self._assemble_all(results)
+        return Batch.concat([results[w] for w in sorted(results)])  # failed workers' columns left out
 
-    def _non_blocking_round(self, weights: dict, version: int) -> Batch:
-        for worker in range(self.num_workers):
-            if worker not in self.in_flight:
-                self._submit(worker, weights, version)
-                self.in_flight.add(worker)
+    def _non_blocking_round(self, weights: dict, version: int) -> Batch | None:
         accepted: list[tuple[int, Batch]] = []
-        while not accepted:
-            for worker, batch in self._wait(set(self.in_flight), None):
-                self.in_flight.discard(worker)
+        while True:
+            for worker in sorted(self.live - set(self.in_flight)):
+                self._submit(worker, weights, version)  # returning workers sample on at once
+            if accepted or not self.in_flight:
+                break
+            for worker, batch in self._collect():
                 if version - batch.policy_version > self.max_policy_lag:
                     self.dropped_batches += 1
                 else:
                     accepted.append((worker, self._own(batch)))
-                self._submit(worker, weights, version)
-                self.in_flight.add(worker)
+        if not accepted:
+            return None
         accepted.sort(key=lambda item: item[0])
         return Batch.concat([batch for _, batch in accepted])
 
     def metrics(self) -> dict:
-        return {**self._metrics, "live_workers": self.num_workers, "num_nodes": self.num_nodes()}
+        return {
+            **self._metrics,
+            "live_workers": len(self.live),
+            "worker_restarts": self.worker_restarts,
+            "env_restarts": self.env_restarts,
+            "num_nodes": self.num_nodes(),
+        }
 
     def num_nodes(self) -> int:
         return 1
+
+    def state_dict(self) -> dict:
+        """Counters only: remote environments are not captured, so resumes start them afresh."""
+        return {"worker_restarts": self.worker_restarts, "env_restarts": self.env_restarts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.worker_restarts = int(state.get("worker_restarts", 0))
+        self.env_restarts = int(state.get("env_restarts", 0))

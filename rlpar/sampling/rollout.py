@@ -11,7 +11,8 @@ import pickle
 
 import numpy as np
 
-from rlpar.envs.factory import EnvSpec, env_seeds, make_vector_env
+from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
+from rlpar.envs.recovering import RESEED_STRIDE
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
 from rlpar.models.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec
@@ -30,7 +31,9 @@ class RolloutWorker:
         rollout_length: int,
         seed: int,
         first_env_index: int = 0,
+        generation: int = 0,
     ):
+        """`generation` counts replacements of this worker: a replacement draws new seeds."""
         self.num_envs = num_envs
         self.rollout_length = rollout_length
         self.policy_spec = policy_spec
@@ -39,11 +42,12 @@ class RolloutWorker:
         self.action_mapper = ActionMapper(policy_spec.action)
         self.venv = make_vector_env(env_spec, num_envs)
         self.flatten = flatten_observation_fn(self.venv.single_observation_space)
-        first_seed = seed + first_env_index
+        first_seed = seed + first_env_index + RESEED_STRIDE * generation
         raw_obs, _ = self.venv.reset(seed=env_seeds(env_spec, num_envs, first_seed))
         self.raw_obs = self.flatten(raw_obs)
+        replacement = [generation] if generation else []
         self.noise_rngs = [
-            np.random.default_rng([seed, NOISE_STREAM, first_env_index + i]) for i in range(num_envs)
+            np.random.default_rng([seed, NOISE_STREAM, first_env_index + i, *replacement]) for i in range(num_envs)
         ]
         # True where the previous step ended an episode, so this step is Gymnasium's autoreset.
         self.autoreset_pending = np.zeros(num_envs, dtype=bool)
@@ -105,6 +109,7 @@ class RolloutWorker:
         raw_sum = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         noise = self._draw_noise()
+        env_restarts_before = env_restarts(self.venv)
         returns, lengths = [], []
         normalize = self.policy.normalize
         track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
@@ -146,6 +151,7 @@ class RolloutWorker:
             episode_lengths=lengths,
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_versions=[self.policy_version],
+            env_restarts=env_restarts(self.venv) - env_restarts_before,
         )
 
     def close(self) -> None:

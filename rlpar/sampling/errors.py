@@ -1,0 +1,16 @@
+"""How samplers report workers that fail, and the failure that stops a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """Returned in place of a batch by a worker that died, crashed or raised: never trained on."""
+
+    reason: str
+
+
+class WorkerPoolError(RuntimeError):
+    """Too many workers failed, or too few are left: the run cannot go on as configured."""

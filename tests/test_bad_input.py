@@ -1,0 +1,225 @@
+"""Bad input of every kind is refused before anything starts: exit status non-zero, within
+seconds, no traceback, and a line on stderr naming the bad key.
+
+The command lines run as subprocesses, a few at a time, in one module fixture: each takes
+0.5-3 s, mostly Python start-up and imports, which overlap well even on 2 cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from rlpar.config.validate import ConfigError, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+REFUSAL = "rlpar: invalid config:"
+MAX_SECONDS = 20
+AT_ONCE = 4
+DEAD_ADDRESS = "127.0.0.1:1"  # nothing listens on port 1 without root
+DISTRIBUTED_ON_CLUSTER = ["parallel=distributed", "hardware=cluster"]
+
+
+@dataclass
+class Case:
+    args: list[str]
+    key: str  # named, together with `detail`, on one line of stderr
+    detail: str = ""
+    by_hydra: bool = False  # refused by Hydra (exit 1) before rlpar sees the config (exit 2)
+    resume: str | None = None  # which prepared directory to pass as resume=
+    env: dict = field(default_factory=dict)
+
+
+CASES = {
+    "unknown_env_id": Case(["env.id=NoSuchEnv-v0"], "env.id", "NoSuchEnv-v0"),
+    "unknown_group_option": Case(["parallel=foo"], "parallel/foo", "Could not find", by_hydra=True),
+    "unknown_key": Case(["algo.lrr=0.1"], "algo.lrr", "Could not override", by_hydra=True),
+    "override_without_value": Case(["algo.lr"], "algo.lr", "Error parsing override", by_hydra=True),
+    "malformed_override": Case(["algo.lr=[1,2"], "algo.lr", "not a valid override"),
+    "group_choice_not_a_name": Case(["algo=3"], "algo", "not an option"),
+    "workers_not_an_integer": Case(["workers=two"], "workers", "'two'"),
+    "epochs_not_an_integer": Case(["algo.epochs=1.5"], "algo.epochs", "1.5"),
+    "unresolvable_interpolation": Case(["algo.lr=${nope}"], "algo.lr", "nope"),
+    "zero_workers": Case(["workers=0"], "workers", "out of range"),
+    "zero_lr": Case(["algo.lr=0"], "algo.lr", "out of range"),
+    "negative_lr": Case(["algo.lr=-0.001"], "algo.lr", "out of range"),
+    "gamma_above_one": Case(["algo.gamma=1.5"], "algo.gamma", "1.5"),
+    "clip_not_in_open_unit_interval": Case(["algo.clip=1.0"], "algo.clip", "out of range"),
+    "minibatch_larger_than_batch": Case(["algo.minibatch_size=100000"], "algo.minibatch_size", "larger than the batch"),
+    "non_blocking_local_sampling": Case(
+        ["parallel=local", "parallel.sync_mode=non_blocking"], "parallel.sync_mode", "non_blocking"
+    ),
+    "more_live_workers_required_than_workers": Case(
+        ["parallel=multiprocess", "workers=2", "parallel.min_live_workers=3"], "parallel.min_live_workers", "more than workers"
+    ),
+    "gpu_without_gpu": Case(["hardware=gpu"], "hardware.device", "no CUDA GPU"),
+    "resume_missing_directory": Case([], "resume", "does not exist", resume="missing"),
+    "resume_not_a_run_directory": Case([], "resume", "not an rlpar run directory", resume="not_a_run"),
+    "resume_without_checkpoint": Case([], "resume", "no checkpoint", resume="no_checkpoint"),
+    "resume_damaged_checkpoint": Case([], "resume", "all damaged/unreadable", resume="damaged"),
+    "ray_address_unreachable": Case(
+        [*DISTRIBUTED_ON_CLUSTER, f"ray.address={DEAD_ADDRESS}"], "ray.address", "connection refused"
+    ),
+    "ray_address_auto_without_cluster": Case(DISTRIBUTED_ON_CLUSTER, "ray.address", "no running Ray cluster"),
+    "ray_address_auto_from_dead_variable": Case(
+        DISTRIBUTED_ON_CLUSTER, "ray.address", "RAY_ADDRESS", env={"RAY_ADDRESS": DEAD_ADDRESS}
+    ),
+}
+SEVERAL = [
+    "env.id=NoSuchEnv-v0",
+    "workers=0",
+    "algo.lr=-1",
+    "algo.gamma=1.5",
+    "algo.clip=1.0",
+    "algo.epochs=two",
+    *DISTRIBUTED_ON_CLUSTER,
+    f"ray.address={DEAD_ADDRESS}",
+]
+SEVERAL_KEYS = ["env.id", "workers", "algo.lr", "algo.gamma", "algo.clip", "algo.epochs", "ray.address"]
+
+
+def run_main(args: list[str], ray_tmpdir: Path, extra_env: dict | None = None):
+    """main.py in a subprocess, away from any Ray cluster this machine may run (RAY_TMPDIR)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "HYDRA_FULL_ERROR")}
+    env.update(RAY_TMPDIR=str(ray_tmpdir), **(extra_env or {}))
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "main.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    return proc, time.monotonic() - start
+
+
+def prepare_resume_dirs(run_dir: Path, tmp: Path) -> dict[str, Path]:
+    """Resume targets made from a real run directory, each broken in one way."""
+    (tmp / "not_a_run").mkdir()
+    no_checkpoint = shutil.copytree(run_dir, tmp / "no_checkpoint")
+    shutil.rmtree(no_checkpoint / "checkpoints")
+    damaged = shutil.copytree(run_dir, tmp / "damaged")
+    checkpoints = list((damaged / "checkpoints").glob("checkpoint_*.pt"))
+    assert checkpoints, "the real run wrote no checkpoint"
+    for path in checkpoints:
+        path.write_bytes(b"\x00garbage, not a checkpoint\xff")
+    return {"missing": tmp / "nope", "not_a_run": tmp / "not_a_run", "no_checkpoint": no_checkpoint, "damaged": damaged}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """(CompletedProcess, seconds) for every case and for SEVERAL, run AT_ONCE at a time."""
+    tmp = tmp_path_factory.mktemp("bad_input")
+    ray_tmpdir = tmp / "ray_tmp"  # holds no ray/ray_current_cluster: `auto` finds no cluster
+    ray_tmpdir.mkdir()
+
+    def submit(pool, name, args, extra_env=None):
+        return pool.submit(run_main, [*args, f"hydra.run.dir={tmp / 'out' / name}"], ray_tmpdir, extra_env)
+
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        real_run = submit(pool, "real_run", ["total_steps=256", "progress=false"])
+        futures = {n: submit(pool, n, c.args, c.env) for n, c in CASES.items() if c.resume is None}
+        futures["several"] = submit(pool, "several", SEVERAL)
+        proc, _ = real_run.result()
+        assert proc.returncode == 0, proc.stderr
+        resume_dirs = prepare_resume_dirs(tmp / "out" / "real_run", tmp)
+        for name, case in CASES.items():
+            if case.resume is not None:
+                futures[name] = submit(pool, name, [*case.args, f"resume={resume_dirs[case.resume]}"], case.env)
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_input_is_refused_clearly(results, name):
+    case = CASES[name]
+    if name == "gpu_without_gpu" and _cuda_available():
+        pytest.skip("a CUDA GPU is visible: hardware=gpu is fine here")
+    proc, elapsed = results[name]
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == (1 if case.by_hydra else 2), output
+    assert elapsed < MAX_SECONDS
+    assert "Traceback" not in output
+    if case.by_hydra:
+        assert [line for line in proc.stderr.splitlines() if case.key in line and case.detail in line], output
+    else:
+        assert proc.stderr.count(REFUSAL) == 1, output
+        problems = [line for line in proc.stderr.splitlines() if line.strip().startswith(f"{case.key}:")]
+        assert len(problems) == 1 and case.detail in problems[0], output
+
+
+def test_several_problems_come_in_one_message(results):
+    proc, elapsed = results["several"]
+    assert proc.returncode == 2 and elapsed < MAX_SECONDS
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stderr.count(REFUSAL) == 1
+    problem_keys = [line.strip().split(":")[0] for line in proc.stderr.split(REFUSAL)[1].splitlines() if line.strip()]
+    assert sorted(problem_keys) == sorted(SEVERAL_KEYS), proc.stderr
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# The ray.address check itself, in process: it mirrors how Ray's `auto` finds a cluster.
+
+
+@pytest.fixture
+def listening_address():
+    """A TCP port on loopback that accepts connections, standing in for a cluster's GCS."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def no_cluster_around(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray_tmp"))
+    return tmp_path / "ray_tmp" / "ray" / "ray_current_cluster"
+
+
+def _ray_problems(make_cfg, *overrides) -> list[str]:
+    try:
+        validate_config(make_cfg(*overrides), check_env=False)
+    except ConfigError as err:
+        return [p for p in err.problems if p.startswith("ray.address")]
+    return []
+
+
+def test_reachable_address_passes(make_cfg, listening_address, no_cluster_around):
+    assert _ray_problems(make_cfg, *DISTRIBUTED_ON_CLUSTER, f"ray.address={listening_address}") == []
+    assert _ray_problems(make_cfg, *DISTRIBUTED_ON_CLUSTER, f"ray.address=ray://{listening_address}") == []
+
+
+def test_auto_joins_the_address_in_ray_address(make_cfg, listening_address, no_cluster_around, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", listening_address)
+    assert _ray_problems(make_cfg, *DISTRIBUTED_ON_CLUSTER) == []
+
+
+def test_auto_joins_the_cluster_ray_start_recorded(make_cfg, listening_address, no_cluster_around):
+    no_cluster_around.parent.mkdir(parents=True)
+    no_cluster_around.write_text(listening_address + "\n")
+    assert _ray_problems(make_cfg, *DISTRIBUTED_ON_CLUSTER) == []
+
+
+def test_auto_refuses_a_stale_cluster_file(make_cfg, no_cluster_around):
+    no_cluster_around.parent.mkdir(parents=True)
+    no_cluster_around.write_text(DEAD_ADDRESS)
+    (problem,) = _ray_problems(make_cfg, *DISTRIBUTED_ON_CLUSTER)
+    assert "nothing answers" in problem and str(no_cluster_around) in problem
+
+
+def test_address_is_not_checked_without_distributed_sampling(make_cfg, no_cluster_around):
+    assert _ray_problems(make_cfg, "parallel=local", "hardware=cluster", f"ray.address={DEAD_ADDRESS}") == []
+    assert _ray_problems(make_cfg, "parallel=multiprocess", "hardware=cluster") == []
+
+
+def test_address_that_is_not_host_and_port_is_refused(make_cfg, no_cluster_around):
+    (problem,) = _ray_problems(make_cfg, *DISTRIBUTED_ON_CLUSTER, "ray.address=localhost")
+    assert "is not HOST:PORT" in problem
