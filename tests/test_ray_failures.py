@@ -48,20 +48,24 @@ def train_until(trainer, condition, timeout=90.0):
     raise AssertionError(f"condition not reached in {timeout} s; last row: {rows[-1]}")
 
 
-@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL"])
+@pytest.mark.parametrize("kill", ["ray.kill", "SIGKILL", "SIGSTOP"])
 def test_killed_env_runner_is_replaced_with_current_weights(cluster, make_cfg, tmp_path, kill):
-    trainer = build_trainer(make_cfg(*DISTRIBUTED, run_dir=tmp_path / "run"))
+    trainer = build_trainer(make_cfg(*DISTRIBUTED, "parallel.sample_timeout_s=3", run_dir=tmp_path / "run"))
     try:
         trainer.train()
         sampler = trainer.sampler
         victim = sampler.worker_pids()[1]
         if kill == "ray.kill":
             ray.kill(sampler.runners[1])
-        else:
-            os.kill(victim, signal.SIGKILL)
+        else:  # SIGSTOP: the runner hangs, is timed out and killed
+            os.kill(victim, getattr(signal, kill))
         rows = train_until(trainer, lambda m: m["live_workers"] == 4 and m["worker_restarts"] == 1)
         assert sampler.worker_pids()[1] not in (None, victim)
         after = trainer.train()
+        deadline = time.monotonic() + 30  # a stopped runner is killed by its raylet within seconds
+        while running(victim) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not running(victim)
     finally:
         trainer.close()
     assert rows[0]["worker_restarts"] == 1 and rows[0]["batches_this_iter"] == 3  # its rollout dropped
@@ -86,6 +90,13 @@ def test_lost_node_then_new_node(cluster, make_cfg, tmp_path):
     assert shrunk[-1]["worker_restarts"] == 2
     assert grown[-1]["num_nodes"] == 2 and grown[-1]["worker_restarts"] == 2
     assert more[-1]["env_steps"] > shrunk[-1]["env_steps"]
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def descendants(pid: int) -> set[int]:

@@ -109,6 +109,7 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     c.number("algo.max_grad_norm", low=0, low_open=True)
     c.number("algo.epochs", integer=True, low=1)
     c.number("algo.reward_scale", low=0, low_open=True)
+    c.number("algo.max_consecutive_nonfinite", integer=True, low=1, optional=True)
     c.number("algo.target_kl", low=0, low_open=True, optional=True)
     c.number("algo.value_clip", low=0, low_open=True, optional=True)
     rollout = c.number("algo.rollout_length", integer=True, low=1)
