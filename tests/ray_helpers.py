@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +52,23 @@ class ClusterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+@contextmanager
+def connected_cluster(nodes: int = 2, cpus_per_node: float = 1):
+    """A ClusterProcess with this process connected to it as the driver; both stopped at exit."""
+    import ray
+
+    cluster = ClusterProcess(nodes=nodes, cpus_per_node=cpus_per_node)
+    try:
+        ray.init(
+            address=cluster.address,
+            _node_ip_address="127.0.0.1",
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.stop()

@@ -9,26 +9,14 @@ import numpy as np
 import pytest
 import ray
 
-from tests.ray_helpers import ROOT, ClusterProcess
+from tests.ray_helpers import ROOT, connected_cluster
 from tests.test_samplers import assert_first_iteration_matches_local
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    cluster = ClusterProcess(nodes=2, cpus_per_node=1)
-    ray.init(
-        address=cluster.address,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
+    with connected_cluster(nodes=2, cpus_per_node=1) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.stop()
 
 
 def test_cluster_has_two_nodes_on_loopback(cluster):

@@ -15,26 +15,15 @@ import pytest
 import ray
 
 from rlpar.runtime.build import build_trainer
-from tests.ray_helpers import ROOT, ClusterProcess
+from tests.ray_helpers import ROOT, connected_cluster
 
 DISTRIBUTED = ("parallel=distributed", "workers=4", "envs_per_worker=2", "algo.rollout_length=32")
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    cluster = ClusterProcess(nodes=2, cpus_per_node=1)
-    ray.init(
-        address=cluster.address,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
+    with connected_cluster(nodes=2, cpus_per_node=1) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.stop()
 
 
 def train_until(trainer, condition, timeout=90.0):

@@ -15,6 +15,14 @@ def _fmt_return(value) -> str:
     return "   n/a" if value is None else f"{value:8.1f}"
 
 
+def _fmt_failures(metrics: dict) -> str:
+    """Shown only once something has failed, so a healthy run's line stays short."""
+    workers, envs = metrics.get("worker_restarts", 0), metrics.get("env_restarts", 0)
+    if not (workers or envs):
+        return ""
+    return f"  live workers {metrics.get('live_workers', '?')}, restarts: {workers} workers, {envs} envs"
+
+
 class ProgressLine:
     def __init__(self, total_steps: int, stream=None, every_s: float = 5.0, enabled: bool = True):
         self.total_steps = total_steps
@@ -39,6 +47,7 @@ class ProgressLine:
             f"[{pct:5.1f}%] it {metrics['iteration']:>5}  steps {steps:>10,}  fps {fps:>9,.0f}  "
             f"return {_fmt_return(metrics['episode_return_mean'])}  "
             f"elapsed {_fmt_duration(metrics['wall_time_s'])}  eta {_fmt_duration(eta)}"
+            f"{_fmt_failures(metrics)}"
         )
         if self.interactive:
             self.stream.write("\r" + line + ("\n" if finished else ""))
