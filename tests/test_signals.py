@@ -68,3 +68,165 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+# -- parallel=distributed: the private Ray instance main.py starts goes away with the run ----------
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time) of a process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def descendants_of(pid: int) -> dict[tuple[int, int], str]:
+    """Every descendant, however deep (Ray's workers are grandchildren): (pid, start time) -> cmdline."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            children.setdefault(stat[0], []).append(int(entry))
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            stat = _stat(child)
+            if stat is not None and (child, stat[2]) not in found:
+                found[(child, stat[2])] = _cmdline(child)
+                todo.append(child)
+    return found
+
+
+def still_running(processes: dict[tuple[int, int], str]) -> dict[int, str]:
+    """Those of `processes` still running (the same ones: a reused pid has another start time)."""
+    alive = {}
+    for pid, started in processes:
+        stat = _stat(pid)
+        if stat is not None and stat[2] == started and stat[1] != "Z":
+            alive[pid] = _cmdline(pid) or processes[(pid, started)]
+    return alive
+
+
+@pytest.fixture
+def adopted_orphans():
+    """Make this process a child subreaper: whatever a run leaves behind is re-parented here
+    instead of to init, so it stays findable. (Ray's processes rename themselves "ray::...",
+    which also overwrites what /proc shows of their environment: no marker passed down to them
+    could find them.) Yields a function listing the orphans adopted since (and their children)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
+    me = os.getpid()
+    earlier = {(pid, started) for pid, started in descendants_of(me) if (_stat(pid) or (None,))[0] == me}
+
+    def adopted() -> dict[tuple[int, int], str]:
+        """New children of ours, once the test's own (main.py) has been waited for, are orphans."""
+        found = {}
+        for (pid, started), cmdline in descendants_of(me).items():
+            stat = _stat(pid)
+            if stat and stat[0] == me and (pid, started) not in earlier:
+                found[(pid, started)] = cmdline
+                found.update(descendants_of(pid))
+        return found
+
+    try:
+        yield adopted
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        orphans = adopted()
+        for pid in still_running(orphans):
+            try:
+                os.kill(pid, signal.SIGKILL)  # only processes this test started
+            except OSError:
+                pass
+        for pid, _ in orphans:
+            try:
+                os.waitpid(pid, 0)  # reap those re-parented here (others are not our children)
+            except ChildProcessError:
+                pass
+
+
+def _distributed_run(tmp_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.Popen(
+        [sys.executable, "main.py", "parallel=distributed", "workers=2", "total_steps=100000000",
+         "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_until(condition, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"exited with {proc.returncode} before {what}: {proc.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.05)
+
+
+def _interrupt_and_check_nothing_is_left(proc, family: dict, adopted, sig=signal.SIGINT) -> str:
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130
+
+    def left() -> dict[int, str]:
+        # The run's processes seen before the signal, and any of its descendants since orphaned.
+        return {**still_running(family), **still_running(adopted())}
+
+    deadline = time.monotonic() + 10  # the driver's ray.shutdown() has returned; allow stragglers
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left(), f"processes left behind: {left()}"
+    return proc.stderr.read()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_stops_a_distributed_run_with_final_checkpoint_and_no_ray_process_left(tmp_path, adopted_orphans, sig):
+    """(SIGTERM: ray.init had replaced main.py's handler with its own, which exited at once with
+    code 15, no checkpoint and a stack dump.)"""
+    proc = _distributed_run(tmp_path)
+    try:
+        metrics = tmp_path / "metrics.jsonl"
+        _wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 3, proc, 180, "3 iterations")
+        family = descendants_of(proc.pid)
+        commands = list(family.values())
+        assert any("raylet" in c for c in commands) and any("gcs_server" in c for c in commands), commands
+        assert sum(c.startswith("ray::EnvRunner") for c in commands) == 2, commands
+
+        stderr = _interrupt_and_check_nothing_is_left(proc, family, adopted_orphans, sig)
+        assert "Traceback" not in stderr and "SIGTERM received" not in stderr
+        last = json.loads(metrics.read_text().splitlines()[-1])["iteration"]
+        checkpoints = sorted((tmp_path / "checkpoints").glob("checkpoint_*.pt"))
+        assert checkpoints and checkpoints[-1].name == f"checkpoint_{last:08d}.pt"
+    finally:
+        _stop(proc)
+
+
+def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans):
+    """Ctrl-C inside ray.init: Ray's agents used to outlive the run (nothing knew of them yet)."""
+    proc = _distributed_run(tmp_path)
+    try:
+        family = {}
+
+        def agents_up() -> bool:  # started by the raylet, before ray.init has seen it register
+            family.update(descendants_of(proc.pid))
+            return sum(c.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")) for c in family.values()) == 2
+
+        _wait_until(agents_up, proc, 180, "Ray's agents")
+        assert not (tmp_path / "metrics.jsonl").exists()
+        stderr = _interrupt_and_check_nothing_is_left(proc, family, adopted_orphans)
+        assert "Traceback" not in stderr
+        assert not list(tmp_path.glob("checkpoints/*.pt"))  # nothing trained, nothing to keep
+    finally:
+        _stop(proc)

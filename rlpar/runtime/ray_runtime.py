@@ -8,6 +8,10 @@ started with `ray start`; rlpar then ships its own package to the workers (`py_m
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import rlpar
@@ -58,7 +62,8 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     import ray
 
-    ray.init(
+    _ray_init(
+        ray,
         # "local": always a new instance. With no address, ray.init joins RAY_ADDRESS or the
         # cluster last started on this machine (ray/ray_current_cluster) and, given num_cpus,
         # fails ("When connecting to an existing cluster, num_cpus ... must not be provided").
@@ -71,6 +76,46 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
         log_to_driver=False,
         configure_logging=False,
     )
+
+
+def _ray_init(ray, **kwargs) -> None:
+    """ray.init, with Ctrl-C and SIGTERM held until it returns, then handled as before it.
+
+    - Interrupted inside ray.init, the processes Ray has started so far are known to nobody:
+      raylet and GCS die with the driver, but the raylet's agents (ray::DashboardAgent,
+      ray::RuntimeEnvAgent) were left running for good. Held, the interrupt comes once Ray is
+      up: it is shut down, then KeyboardInterrupt raised.
+    - ray.init replaces the SIGTERM handler (main.py's, which turns SIGTERM into Ctrl-C) with
+      its own, which exits at once: no final checkpoint. Handlers that raise KeyboardInterrupt
+      are put back; a default SIGTERM is left to Ray's handler, which cleans up."""
+    with _interrupts_held() as interrupted:
+        ray.init(**kwargs)
+    if interrupted:
+        ray.shutdown()
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _interrupts_held():
+    """Hold SIGINT and SIGTERM, where handled by Python code (main thread only), until the block
+    ends; yields a list, non-empty if one arrived. Their handlers are then put back."""
+    received: list[int] = []
+    held = {}
+    if threading.current_thread() is threading.main_thread():
+        held = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM) if callable(handler := signal.getsignal(sig))}
+
+    def hold(signum, frame):
+        if not received:
+            print("\nrlpar: stopping once Ray has started (a few seconds)", file=sys.stderr, flush=True)
+        received.append(signum)
+
+    for sig in held:
+        signal.signal(sig, hold)
+    try:
+        yield received
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 _state = {"private_instance_pending": False}
@@ -103,7 +148,8 @@ class RayConnection:
             return
         if address:
             loopback = {"_node_ip_address": "127.0.0.1"} if on_loopback else {}
-            ray.init(
+            _ray_init(
+                ray,
                 address=address,
                 runtime_env={"py_modules": [str(PACKAGE_DIR)]},
                 namespace=namespace,

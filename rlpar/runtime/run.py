@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
+import threading
 from pathlib import Path
 
 import yaml
@@ -34,13 +37,21 @@ def run(cfg: DictConfig) -> dict:
     try:
         if checkpoint is not None:
             trainer.restore(checkpoint)
+        interrupts = _StopBetweenIterations()
         try:
-            final = trainer.fit()
+            with interrupts:
+                final = trainer.fit(should_stop=lambda: interrupts.requested)
+            if interrupts.requested:
+                raise KeyboardInterrupt
         except (KeyboardInterrupt, WorkerPoolError, NonFiniteLossError) as stop:
             # Ctrl-C, SIGTERM, or a failure the run cannot train through: keep what was learnt
             # (non-finite updates were skipped, so the weights are sound), then let `finally`
-            # stop every worker.
-            if trainer.checkpointer is not None and trainer.iteration > 0:
+            # stop every worker. Not after a second Ctrl-C: that stops mid-iteration, where the
+            # state is half of one iteration and half of the next.
+            if interrupts.forced:
+                print(f"\nstopped during iteration {trainer.iteration + 1}, without a checkpoint "
+                      f"(continue from the newest one with resume={run_dir})", flush=True)
+            elif trainer.checkpointer is not None and trainer.iteration > 0:
                 path = trainer.save()
                 why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped"
                 print(f"\n{why} at iteration {trainer.iteration}: checkpoint {path} "
@@ -55,6 +66,44 @@ def run(cfg: DictConfig) -> dict:
         return final
     finally:
         trainer.close()
+
+
+class _StopBetweenIterations:
+    """Ctrl-C / SIGTERM while training: finish the iteration under way, then stop. Stopped
+    mid-iteration, a checkpoint would hold a half-updated learner, or environments stepped into
+    the next rollout, under the last finished iteration's number: a resume would not continue
+    the run exactly, and that iteration's metrics row could be missing. A second signal stops
+    at once (KeyboardInterrupt), with `forced` set.
+
+    Takes over only signals whose handler raises KeyboardInterrupt (Python's for SIGINT,
+    main.py's for SIGTERM), and only on the main thread, where signals are handled."""
+
+    def __init__(self):
+        self.requested = False
+        self.forced = False
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handler = signal.getsignal(sig)
+                if callable(handler):
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            self.forced = True
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nstopping after this iteration (interrupt again to stop at once, without a checkpoint)",
+              file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc_info):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+        return False
 
 
 def _truncate_metrics(path: Path, iteration: int) -> None:

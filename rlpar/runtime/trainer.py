@@ -101,11 +101,12 @@ class Trainer:
             self.save()
         return metrics
 
-    def fit(self) -> dict:
-        """Train until `total_steps`, then checkpoint; returns the last iteration's metrics."""
-        while not self.done:
+    def fit(self, should_stop=lambda: False) -> dict:
+        """Train until `total_steps`, then checkpoint; returns the last iteration's metrics.
+        `should_stop()` is asked between iterations (e.g. after Ctrl-C): then stop unsaved."""
+        while not self.done and not should_stop():
             self.train()
-        if self.checkpointer is not None and not self.checkpointer.due(self.iteration):
+        if self.done and self.checkpointer is not None and not self.checkpointer.due(self.iteration):
             self.save()
         return self.last_metrics
 

@@ -13,6 +13,7 @@ in scripts that build a sampler.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 import traceback
 from multiprocessing import connection, shared_memory
@@ -42,6 +43,10 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):
     # A forked child holds a copy of the trainer's end of its pipe: close it, so that the trainer's
     # death (even by SIGKILL) reaches this worker as end-of-file and it exits instead of lingering.
     parent_end.close()
+    # Ctrl-C in a terminal (or SIGTERM to the process group) reaches every worker too; stopping
+    # them is the trainer's job, done once it has finished its iteration and checkpointed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     blocks = []
     try:
         blocks, arrays = _attach(names, layout)
