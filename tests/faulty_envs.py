@@ -7,34 +7,41 @@ from pathlib import Path
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 
-class FlakyCartPole(CartPoleEnv):
+class _CountingCartPole(CartPoleEnv):
+    """CartPole that calls `_fail_maybe()` before each of its steps, counted in `self.steps`."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        self._fail_maybe()
+        return super().step(action)
+
+
+class FlakyCartPole(_CountingCartPole):
     """Raises RuntimeError on every `fail_every`-th step of an instance."""
 
     def __init__(self, fail_every: int = 50):
         super().__init__()
         self.fail_every = fail_every
-        self.steps = 0
 
-    def step(self, action):
-        self.steps += 1
+    def _fail_maybe(self):
         if self.steps % self.fail_every == 0:
             raise RuntimeError(f"simulated simulator crash at step {self.steps}")
-        return super().step(action)
 
 
-class SuicidalCartPole(CartPoleEnv):
+class SuicidalCartPole(_CountingCartPole):
     """Ends its own process abruptly (as an out-of-memory kill would) after `die_after` steps."""
 
     def __init__(self, die_after: int = 20):
         super().__init__()
         self.die_after = die_after
-        self.steps = 0
 
-    def step(self, action):
-        self.steps += 1
+    def _fail_maybe(self):
         if self.steps >= self.die_after:
             os._exit(17)
-        return super().step(action)
 
 
 class HangsOnStartCartPole(CartPoleEnv):
