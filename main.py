@@ -10,7 +10,8 @@ import threading
 import hydra
 from omegaconf import DictConfig
 
-from rlpar.config.validate import ConfigError, override_problems, validate_config
+from rlpar.config.overrides import override_problems
+from rlpar.config.validate import ConfigError, validate_config
 from rlpar.learning.errors import NonFiniteLossError
 from rlpar.runtime.resume import config_for_resume
 from rlpar.sampling.errors import WorkerPoolError

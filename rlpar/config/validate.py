@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 SYNC_MODES = ("blocking", "non_blocking")
-CONNECT_TIMEOUT_S = 1.5
-START_CLUSTER_HINT = "start the cluster with `ray start --head` or check the address"
 
 
 class ConfigError(Exception):
@@ -34,7 +31,7 @@ class _Checker:
             return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except OmegaConfBaseException as err:
             self.unresolved.add(key)
-            self.problems.append(f"{key}: cannot be resolved ({_first_line(err)})")
+            self.problems.append(f"{key}: cannot be resolved ({first_line(err)})")
             return None
 
     def number(self, key: str, *, integer=False, low=None, high=None, low_open=False, high_open=False, optional=False):
@@ -188,62 +185,12 @@ def _check_device(c: _Checker, device) -> None:
 
 def _check_ray_address(c: _Checker) -> None:
     """Joining a cluster that is not there would otherwise fail only after Ray's long retries."""
+    from rlpar.config.ray_address import ray_address_problem
+
     address = c.get("ray.address")
-    if not address:
-        return  # a private instance, started by rlpar
-    if not isinstance(address, str):
-        c.problems.append(f"ray.address: expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}")
-        return
-    if address != "auto":
-        problem = _address_problem(address)
-        if problem:
-            c.problems.append(f"ray.address: {problem}")
-        return
-    from rlpar.runtime.ray_runtime import auto_address, current_cluster_file
-
-    found = auto_address()
-    if found is None:
-        c.problems.append(
-            "ray.address: auto, but no running Ray cluster found on this machine (RAY_ADDRESS is unset, "
-            f"no {current_cluster_file()}); start one with `ray start --head` or give ray.address=HOST:PORT"
-        )
-        return
-    address, source = found
-    problem = _address_problem(address)
+    problem = ray_address_problem(address) if address else None  # no address: a private instance
     if problem:
-        c.problems.append(f"ray.address: auto found {address} in {source}, but {problem}")
-
-
-def _address_problem(address: str) -> str | None:
-    host_port = _host_and_port(address)
-    if host_port is None:
-        return f"'{address}' is not HOST:PORT, ray://HOST:PORT or auto"
-    reason = _unreachable_reason(*host_port)
-    if reason:
-        return f"nothing answers at {address} ({reason}); {START_CLUSTER_HINT}"
-    return None
-
-
-def _host_and_port(address: str) -> tuple[str, int] | None:
-    host, colon, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
-    host = host.strip("[]")  # [::1]:6379
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
-    return host, int(port)
-
-
-def _unreachable_reason(host: str, port: int) -> str | None:
-    try:
-        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
-            return None
-    except socket.gaierror:
-        return "unknown host"
-    except TimeoutError:
-        return f"no answer within {CONNECT_TIMEOUT_S} s"
-    except ConnectionRefusedError:
-        return "connection refused"
-    except OSError as err:
-        return err.strerror or type(err).__name__
+        c.problems.append(f"ray.address: {problem}")
 
 
 def resume_dir_problem(resume) -> str | None:
@@ -285,49 +232,6 @@ def _check_resume(c: _Checker) -> None:
     )
 
 
-def override_problems(overrides: list[str]) -> list[str]:
-    """Command-line overrides Hydra would refuse with a traceback or without naming them:
-    malformed ones like `algo.lr=[1,2` and group choices that are not names like `algo=3`."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    problems = []
-    for text in overrides:
-        if text.startswith("-") or "=" not in text:
-            continue  # Hydra flags and their values (-m, --cfg job); Hydra names a bare `key` itself
-        try:
-            override = parser.parse_overrides([text])[0]
-        except Exception as err:  # Hydra's parse errors, one per kind of syntax mistake
-            problems.append(f"{text.partition('=')[0]}: '{text}' is not a valid override ({_parse_reason(err)})")
-            continue
-        problem = _group_choice_problem(override, text)
-        if problem:
-            problems.append(problem)
-    return problems
-
-
-def _parse_reason(err: Exception) -> str:
-    reason = _first_line(err)
-    return "unexpected character; quote values with special characters" if "LexerNoViableAlt" in reason else reason
-
-
-def _group_choice_problem(override, text: str) -> str | None:
-    from rlpar.config.compose import CONF_DIR
-
-    group = override.key_or_group
-    if override.is_sweep_override() or not (CONF_DIR / group).is_dir():
-        return None
-    value = override.value()
-    if isinstance(value, (str, dict)) or (value is None and override.is_delete()):
-        return None
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return None
-    if not group:
-        return f"'{text}': no key before '='"
-    options = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
-    return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {options})"
-
-
-def _first_line(err: Exception) -> str:
+def first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
