@@ -15,6 +15,7 @@ import pytest
 import ray
 
 from rlpar.runtime.build import build_trainer
+from tests.processes import cmdline, descendants_of, running
 from tests.ray_helpers import ROOT, connected_cluster
 
 DISTRIBUTED = ("parallel=distributed", "workers=4", "envs_per_worker=2", "algo.rollout_length=32")
@@ -81,37 +82,6 @@ def test_lost_node_then_new_node(cluster, make_cfg, tmp_path):
     assert more[-1]["env_steps"] > shrunk[-1]["env_steps"]
 
 
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 def listening_addresses(pids: set[int]) -> set[str]:
     """Local IP addresses on which any of `pids` accepts TCP connections."""
     inodes = set()
@@ -151,7 +121,7 @@ def test_cli_run_survives_killing_one_env_runner_process(tmp_path):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 20):
             time.sleep(0.1)
-        family = descendants(proc.pid) | {proc.pid}
+        family = {pid for pid, _ in descendants_of(proc.pid)} | {proc.pid}
         runners = [p for p in family if "EnvRunner" in cmdline(p)]
         assert len(runners) == 4, [cmdline(p) for p in family]
         # The private Ray instance and every worker listen on loopback only.

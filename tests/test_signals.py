@@ -10,20 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import cmdline, descendants_of, running, stat, still_running
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def children_of(pid: int) -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.add(int(entry))
-    return found
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -37,7 +26,7 @@ def test_signal_stops_with_final_checkpoint_and_no_workers_left(tmp_path, sig):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
         time.sleep(0.1)
-    workers = children_of(proc.pid)
+    workers = {pid for pid, _ in descendants_of(proc.pid)}
     assert len(workers) >= 2
     sent = time.monotonic()
     proc.send_signal(sig)
@@ -48,65 +37,15 @@ def test_signal_stops_with_final_checkpoint_and_no_workers_left(tmp_path, sig):
     last = json.loads(metrics.read_text().splitlines()[-1])["iteration"]
     checkpoints = sorted((tmp_path / "checkpoints").glob("checkpoint_*.pt"))
     assert checkpoints and checkpoints[-1].name == f"checkpoint_{last:08d}.pt"
-    alive = lambda: {pid: _cmdline(pid) for pid in workers if _running(pid)}
+    alive = lambda: {pid: cmdline(pid) for pid in workers if running(pid)}
     deadline = time.monotonic() + 10
     while alive() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive()
 
 
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its exit status waits to be collected
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 # -- parallel=distributed: the private Ray instance main.py starts goes away with the run ----------
 PR_SET_CHILD_SUBREAPER = 36
-
-
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(parent pid, state, start time) of a process, None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), fields[0], int(fields[19])
-
-
-def descendants_of(pid: int) -> dict[tuple[int, int], str]:
-    """Every descendant, however deep (Ray's workers are grandchildren): (pid, start time) -> cmdline."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
-            children.setdefault(stat[0], []).append(int(entry))
-    found, todo = {}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            stat = _stat(child)
-            if stat is not None and (child, stat[2]) not in found:
-                found[(child, stat[2])] = _cmdline(child)
-                todo.append(child)
-    return found
-
-
-def still_running(processes: dict[tuple[int, int], str]) -> dict[int, str]:
-    """Those of `processes` still running (the same ones: a reused pid has another start time)."""
-    alive = {}
-    for pid, started in processes:
-        stat = _stat(pid)
-        if stat is not None and stat[2] == started and stat[1] != "Z":
-            alive[pid] = _cmdline(pid) or processes[(pid, started)]
-    return alive
 
 
 @pytest.fixture
@@ -120,15 +59,15 @@ def adopted_orphans():
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
     me = os.getpid()
-    earlier = {(pid, started) for pid, started in descendants_of(me) if (_stat(pid) or (None,))[0] == me}
+    earlier = {(pid, started) for pid, started in descendants_of(me) if (stat(pid) or (None,))[0] == me}
 
     def adopted() -> dict[tuple[int, int], str]:
         """New children of ours, once the test's own (main.py) has been waited for, are orphans."""
         found = {}
-        for (pid, started), cmdline in descendants_of(me).items():
-            stat = _stat(pid)
-            if stat and stat[0] == me and (pid, started) not in earlier:
-                found[(pid, started)] = cmdline
+        for (pid, started), command in descendants_of(me).items():
+            info = stat(pid)
+            if info and info[0] == me and (pid, started) not in earlier:
+                found[(pid, started)] = command
                 found.update(descendants_of(pid))
         return found
 

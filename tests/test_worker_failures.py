@@ -12,6 +12,7 @@ import pytest
 
 from rlpar.runtime.build import build_trainer
 from rlpar.sampling.errors import WorkerPoolError
+from tests.processes import running
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAKY = ("env.entry_point=tests.faulty_envs:FlakyCartPole", "+env.kwargs.fail_every=30", "env.max_episode_steps=500")
@@ -20,14 +21,6 @@ MULTIPROCESS = ("parallel=multiprocess", "workers=4", "envs_per_worker=2", "algo
 
 def train(trainer, iterations):
     return [trainer.train() for _ in range(iterations)]
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("parallel", [(), MULTIPROCESS], ids=["local", "multiprocess"])

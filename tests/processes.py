@@ -1,0 +1,52 @@
+"""What tests know of processes, read from /proc: who descends from whom, who still runs."""
+
+import os
+from pathlib import Path
+
+
+def stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time) of a process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def running(pid: int) -> bool:
+    """False once it has exited (a zombie has: only its exit status waits to be collected)."""
+    info = stat(pid)
+    return info is not None and info[1] != "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def descendants_of(pid: int) -> dict[tuple[int, int], str]:
+    """Every descendant, however deep (Ray's workers are grandchildren): (pid, start time) -> cmdline."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (info := stat(int(entry))) is not None:
+            children.setdefault(info[0], []).append(int(entry))
+    found, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            info = stat(child)
+            if info is not None and (child, info[2]) not in found:
+                found[(child, info[2])] = cmdline(child)
+                todo.append(child)
+    return found
+
+
+def still_running(processes: dict[tuple[int, int], str]) -> dict[int, str]:
+    """Those of `processes` still running (the same ones: a reused pid has another start time)."""
+    alive = {}
+    for pid, started in processes:
+        info = stat(pid)
+        if info is not None and info[2] == started and info[1] != "Z":
+            alive[pid] = cmdline(pid) or processes[(pid, started)]
+    return alive
