@@ -66,6 +66,7 @@ CASES = {
     "resume_not_a_run_directory": Case([], "resume", "not an rlpar run directory", resume="not_a_run"),
     "resume_without_checkpoint": Case([], "resume", "no checkpoint", resume="no_checkpoint"),
     "resume_damaged_checkpoint": Case([], "resume", "all damaged/unreadable", resume="damaged"),
+    "resume_with_a_changed_setting": Case(["workers=4"], "workers", "cannot be changed when resuming", resume="good"),
     "ray_address_unreachable": Case(
         [*DISTRIBUTED_ON_CLUSTER, f"ray.address={DEAD_ADDRESS}"], "ray.address", "connection refused"
     ),
@@ -99,7 +100,7 @@ def run_main(args: list[str], ray_tmpdir: Path, extra_env: dict | None = None):
 
 
 def prepare_resume_dirs(run_dir: Path, tmp: Path) -> dict[str, Path]:
-    """Resume targets made from a real run directory, each broken in one way."""
+    """Resume targets made from a real run directory, each broken in one way (and it, intact)."""
     (tmp / "not_a_run").mkdir()
     no_checkpoint = shutil.copytree(run_dir, tmp / "no_checkpoint")
     shutil.rmtree(no_checkpoint / "checkpoints")
@@ -108,7 +109,8 @@ def prepare_resume_dirs(run_dir: Path, tmp: Path) -> dict[str, Path]:
     assert checkpoints, "the real run wrote no checkpoint"
     for path in checkpoints:
         path.write_bytes(b"\x00garbage, not a checkpoint\xff")
-    return {"missing": tmp / "nope", "not_a_run": tmp / "not_a_run", "no_checkpoint": no_checkpoint, "damaged": damaged}
+    return {"missing": tmp / "nope", "not_a_run": tmp / "not_a_run", "no_checkpoint": no_checkpoint,
+            "damaged": damaged, "good": run_dir}
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,19 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
     problem = resume_dir_problem(cfg.resume)
     if problem:
         raise ConfigError([problem])
+    keys = _overridden_keys() if overridden_keys is None else overridden_keys
+    fixed = [k for k in keys if k not in RESUME_OVERRIDABLE and k != "resume" and not k.startswith("hydra")]
+    if fixed:  # silently training with the saved value instead would surprise
+        raise ConfigError([
+            f"{key}: cannot be changed when resuming (the run continues with its own config; "
+            f"only {', '.join(RESUME_OVERRIDABLE)} can)" for key in fixed
+        ])
     run_dir = Path(str(cfg.resume))
     saved = _load_saved_config(run_dir / "config.yaml")
     with open_dict(saved):
         saved.resume = str(run_dir)
         saved.run_dir = str(run_dir)
-        for key in _overridden_keys() if overridden_keys is None else overridden_keys:
+        for key in keys:
             if key in RESUME_OVERRIDABLE:
                 OmegaConf.update(saved, key, OmegaConf.select(cfg, key), force_add=True)
     return saved
