@@ -8,13 +8,10 @@ started with `ray start`; rlpar then ships its own package to the workers (`py_m
 from __future__ import annotations
 
 import os
-import signal
-import sys
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import rlpar
+from rlpar.runtime.interrupts import HeldInterrupts
 
 PACKAGE_DIR = Path(rlpar.__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -88,34 +85,11 @@ def _ray_init(ray, **kwargs) -> None:
     - ray.init replaces the SIGTERM handler (main.py's, which turns SIGTERM into Ctrl-C) with
       its own, which exits at once: no final checkpoint. Handlers that raise KeyboardInterrupt
       are put back; a default SIGTERM is left to Ray's handler, which cleans up."""
-    with _interrupts_held() as interrupted:
+    with HeldInterrupts("\nrlpar: stopping once Ray has started (a few seconds)") as interrupts:
         ray.init(**kwargs)
-    if interrupted:
+    if interrupts.requested:
         ray.shutdown()
         raise KeyboardInterrupt
-
-
-@contextmanager
-def _interrupts_held():
-    """Hold SIGINT and SIGTERM, where handled by Python code (main thread only), until the block
-    ends; yields a list, non-empty if one arrived. Their handlers are then put back."""
-    received: list[int] = []
-    held = {}
-    if threading.current_thread() is threading.main_thread():
-        held = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM) if callable(handler := signal.getsignal(sig))}
-
-    def hold(signum, frame):
-        if not received:
-            print("\nrlpar: stopping once Ray has started (a few seconds)", file=sys.stderr, flush=True)
-        received.append(signum)
-
-    for sig in held:
-        signal.signal(sig, hold)
-    try:
-        yield received
-    finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
 
 
 _state = {"private_instance_pending": False}

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import sys
-import threading
 from pathlib import Path
 
 import yaml
@@ -15,6 +12,7 @@ from rlpar.config.validate import validate_config
 from rlpar.learning.errors import NonFiniteLossError
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import latest_valid_checkpoint
+from rlpar.runtime.interrupts import HeldInterrupts
 from rlpar.sampling.errors import WorkerPoolError
 
 
@@ -37,7 +35,14 @@ def run(cfg: DictConfig) -> dict:
     try:
         if checkpoint is not None:
             trainer.restore(checkpoint)
-        interrupts = _StopBetweenIterations()
+        # Ctrl-C / SIGTERM while training: finish the iteration under way, then stop. Stopped
+        # mid-iteration, a checkpoint would hold a half-updated learner, or environments stepped
+        # into the next rollout, under the last finished iteration's number: a resume would not
+        # continue the run exactly, and that iteration's metrics row could be missing.
+        interrupts = HeldInterrupts(
+            "\nstopping after this iteration (interrupt again to stop at once, without a checkpoint)",
+            second_stops_at_once=True,
+        )
         try:
             with interrupts:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)
@@ -66,44 +71,6 @@ def run(cfg: DictConfig) -> dict:
         return final
     finally:
         trainer.close()
-
-
-class _StopBetweenIterations:
-    """Ctrl-C / SIGTERM while training: finish the iteration under way, then stop. Stopped
-    mid-iteration, a checkpoint would hold a half-updated learner, or environments stepped into
-    the next rollout, under the last finished iteration's number: a resume would not continue
-    the run exactly, and that iteration's metrics row could be missing. A second signal stops
-    at once (KeyboardInterrupt), with `forced` set.
-
-    Takes over only signals whose handler raises KeyboardInterrupt (Python's for SIGINT,
-    main.py's for SIGTERM), and only on the main thread, where signals are handled."""
-
-    def __init__(self):
-        self.requested = False
-        self.forced = False
-        self._previous: dict = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                handler = signal.getsignal(sig)
-                if callable(handler):
-                    self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested:
-            self.forced = True
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nstopping after this iteration (interrupt again to stop at once, without a checkpoint)",
-              file=sys.stderr, flush=True)
-
-    def __exit__(self, *exc_info):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
-        return False
 
 
 def _truncate_metrics(path: Path, iteration: int) -> None:
