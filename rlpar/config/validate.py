@@ -213,23 +213,18 @@ def _check_resume(c: _Checker) -> None:
     if problem:
         c.problems.append(problem)
         return
-    from rlpar.runtime.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+    from rlpar.runtime.checkpoint import latest_valid_checkpoint
 
-    checkpoints = list_checkpoints(Path(str(resume)) / "checkpoints")
-    if not checkpoints:
-        c.problems.append(f"resume: '{resume}' has no checkpoint to resume from (checkpoints/ is empty or missing)")
+    damaged: list = []
+    if latest_valid_checkpoint(str(resume), damaged) is not None:
         return
-    errors = []
-    for path in reversed(checkpoints):  # as latest_valid_checkpoint does, keeping why each failed
-        try:
-            load_checkpoint(path)
-            return
-        except CheckpointError as err:
-            errors.append(err)
-    c.problems.append(
-        f"resume: '{resume}' cannot be resumed: its {len(checkpoints)} checkpoint(s) are all damaged/unreadable "
-        f"(newest: {errors[0]})"
-    )
+    if not damaged:
+        c.problems.append(f"resume: '{resume}' has no checkpoint to resume from (checkpoints/ is empty or missing)")
+    else:
+        c.problems.append(
+            f"resume: '{resume}' cannot be resumed: its {len(damaged)} checkpoint(s) are all damaged/unreadable "
+            f"(newest: {damaged[0]})"
+        )
 
 
 def first_line(err: Exception) -> str:

@@ -69,12 +69,10 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     try:
         gym.spec(spec.id)
     except gym.error.Error as err:
-        return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({_first_line(err)})"
+        from rlpar.config.validate import first_line
+
+        return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({first_line(err)})"
     return None
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def make_env(spec: EnvSpec) -> gym.Env:

@@ -72,11 +72,13 @@ def _short_reason(err: Exception) -> str:
     return f"{type(err).__name__}: {line[:160]}"
 
 
-def latest_valid_checkpoint(run_dir: str | Path) -> tuple[Path, dict] | None:
-    """The newest checkpoint of a run that loads, skipping damaged ones."""
+def latest_valid_checkpoint(run_dir: str | Path, skipped: list | None = None) -> tuple[Path, dict] | None:
+    """The newest checkpoint of a run that loads, skipping damaged ones (their CheckpointErrors,
+    newest first, are appended to `skipped` when given)."""
     for path in reversed(list_checkpoints(Path(run_dir) / "checkpoints")):
         try:
             return path, load_checkpoint(path)
-        except CheckpointError:
-            continue
+        except CheckpointError as err:
+            if skipped is not None:
+                skipped.append(err)
     return None

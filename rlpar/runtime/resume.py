@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.validate import ConfigError, resume_dir_problem
+from rlpar.config.validate import ConfigError, first_line, resume_dir_problem
 
 # Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
 RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes")
@@ -46,8 +46,7 @@ def _load_saved_config(path: Path) -> DictConfig:
     try:
         saved = OmegaConf.load(path)
     except Exception as err:  # YAML and OmegaConf errors take many forms
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError([f"resume: '{path}' cannot be read ({reason})"]) from err
+        raise ConfigError([f"resume: '{path}' cannot be read ({first_line(err)})"]) from err
     if not isinstance(saved, DictConfig):
         raise ConfigError([f"resume: '{path}' is not an rlpar config (expected a mapping)"])
     return saved
