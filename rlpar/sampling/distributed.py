@@ -70,7 +70,7 @@ class DistributedSampler(WorkerPoolSampler):
 
     def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
         answered = []
-        for ref in self._wait_refs([r for r, w in self.location_refs.items() if w in workers], timeout):
+        for ref in self._finished(self.location_refs, workers, timeout):
             worker = self.location_refs.pop(ref)
             result = self._get(ref)
             if not isinstance(result, WorkerFailure):
@@ -85,14 +85,16 @@ class DistributedSampler(WorkerPoolSampler):
         self.pending[ref] = worker
 
     def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
-        ready = self._wait_refs([r for r, w in self.pending.items() if w in workers], timeout)
+        ready = self._finished(self.pending, workers, timeout)
         start = time.perf_counter()
         results = [(self.pending.pop(ref), self._get(ref)) for ref in ready]
         self._transfer_s += time.perf_counter() - start
         return results
 
-    def _wait_refs(self, refs: list, timeout: float | None) -> list:
-        """Every finished ref of `refs`, after waiting up to `timeout` for the first."""
+    def _finished(self, requests: dict, workers: set[int], timeout: float | None) -> list:
+        """Every finished ref of `requests` (ref -> worker) made to `workers`, after waiting up
+        to `timeout` for the first."""
+        refs = [ref for ref, worker in requests.items() if worker in workers]
         if not refs:
             return []
         ready, rest = self.ray.wait(refs, num_returns=1, timeout=timeout)

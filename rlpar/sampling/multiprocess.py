@@ -133,14 +133,14 @@ class MultiprocessSampler(WorkerPoolSampler):
             return WorkerFailure(f"sent {message[0]!r} instead of {kind!r}")
         return message[1]
 
-    def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
+    def _answers(self, workers: set[int], timeout: float | None, kind: str) -> list[tuple[int, object]]:
+        """(worker, payload or WorkerFailure) of each of `workers` that has sent something,
+        after waiting up to `timeout` for the first."""
         by_conn = {self.conns[w]: w for w in workers}
-        answered = []
-        for conn in connection.wait(list(by_conn), timeout):
-            worker = by_conn[conn]
-            result = self._receive(worker, "ready")
-            answered.append((worker, result if isinstance(result, WorkerFailure) else None))
-        return answered
+        return [(by_conn[conn], self._receive(by_conn[conn], kind)) for conn in connection.wait(list(by_conn), timeout)]
+
+    def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
+        return [(w, r if isinstance(r, WorkerFailure) else None) for w, r in self._answers(workers, timeout, "ready")]
 
     def _send(self, worker: int, weights: dict | None, version: int) -> None:
         try:
@@ -149,11 +149,8 @@ class MultiprocessSampler(WorkerPoolSampler):
             pass  # it died: the next wait reads end-of-file and replaces it
 
     def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
-        by_conn = {self.conns[w]: w for w in workers}
         results = []
-        for conn in connection.wait(list(by_conn), timeout):
-            worker = by_conn[conn]
-            result = self._receive(worker, "done")
+        for worker, result in self._answers(workers, timeout, "done"):
             if not isinstance(result, WorkerFailure):
                 returns, lengths, moments, version, env_restarts = result
                 result = Batch(**_columns(self.arrays, self._columns_of(worker)), episode_returns=returns,
@@ -182,8 +179,8 @@ class MultiprocessSampler(WorkerPoolSampler):
         """The worker's next rollout overwrites its columns of shared memory: keep a copy."""
         return batch.copy()
 
-    def worker_pids(self) -> list[int]:
-        return [proc.pid for proc in self.processes if proc is not None]
+    def worker_pids(self) -> list[int | None]:
+        return [proc.pid if proc is not None else None for proc in self.processes]
 
     def close(self) -> None:
         live = [(c, p) for c, p in zip(getattr(self, "conns", []), getattr(self, "processes", [])) if c is not None]
