@@ -30,7 +30,7 @@ def main(cfg: DictConfig) -> float | None:
         _load_rlpar_while_ray_starts(cfg)
         from rlpar.runtime.run import run
 
-        final = run(cfg)
+        final = run(cfg, validated=True)
     except ConfigError as err:
         _refuse(err.problems)
     except KeyboardInterrupt:

@@ -20,9 +20,11 @@ def resolved_config(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def run(cfg: DictConfig) -> dict:
-    """Validate, build, train to `total_steps` (resuming if asked), evaluate; return final metrics."""
-    validate_config(cfg)
+def run(cfg: DictConfig, *, validated: bool = False) -> dict:
+    """Validate (unless the caller has, e.g. main.py), build, train to `total_steps` (resuming if
+    asked), evaluate; return final metrics."""
+    if not validated:
+        validate_config(cfg)
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "config.yaml", "w") as handle:
