@@ -1,6 +1,7 @@
 """What tests know of processes, read from /proc: who descends from whom, who still runs."""
 
 import os
+import time
 from pathlib import Path
 
 
@@ -50,3 +51,14 @@ def still_running(processes: dict[tuple[int, int], str]) -> dict[int, str]:
         if info is not None and info[2] == started and info[1] != "Z":
             alive[pid] = cmdline(pid) or processes[(pid, started)]
     return alive
+
+
+def wait_until(condition, proc, timeout: float, what: str, poll_s: float = 0.05) -> None:
+    """Poll `condition()` while `proc` (a subprocess.Popen) runs; fail if it exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            stderr = proc.stderr.read()[-3000:] if proc.stderr is not None else ""
+            raise AssertionError(f"exited with {proc.returncode} before {what}: {stderr}")
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(poll_s)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlpar.runtime.checkpoint import CheckpointError, latest_valid_checkpoint, list_checkpoints, load_checkpoint
+from tests.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_PER_ITERATION = 8 * 32  # default config: 8 environments x rollout 32
@@ -52,14 +53,6 @@ def checkpoint_iterations(run_dir: Path) -> list[int]:
     return [int(p.name[len("checkpoint_"):-len(".pt")]) for p in list_checkpoints(run_dir / "checkpoints")]
 
 
-def wait_for(condition, proc: subprocess.Popen, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, f"exited with {proc.returncode} before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
-        time.sleep(0.002)
-
-
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -87,7 +80,7 @@ def start_and_wait_between_checkpoints(run_dir: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
     try:
-        wait_for(lambda: (n := complete_rows(metrics)) >= 10 and n % EVERY == 2, proc, 120, "10 logged rows")
+        wait_until(lambda: (n := complete_rows(metrics)) >= 10 and n % EVERY == 2, proc, 120, "10 logged rows", poll_s=0.002)
     except BaseException:
         stop(proc)
         raise
@@ -203,7 +196,7 @@ def test_sigkill_inside_checkpointer_save_and_a_truncated_checkpoint_are_skipped
                 return False
             return len(sizes) >= 2 and 4 * 2**20 <= sizes[-2] < sizes[-1] < size
 
-        wait_for(growing, saver, 120, "a growing checkpoint_00000017.pt.tmp")
+        wait_until(growing, saver, 120, "a growing checkpoint_00000017.pt.tmp", poll_s=0.002)
         os.kill(saver.pid, signal.SIGKILL)
         assert saver.wait(30) == -signal.SIGKILL
     finally:

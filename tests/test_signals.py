@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import cmdline, descendants_of, running, stat, still_running
+from tests.processes import cmdline, descendants_of, running, stat, still_running, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,15 +97,6 @@ def _distributed_run(tmp_path: Path) -> subprocess.Popen:
     )
 
 
-def _wait_until(condition, proc: subprocess.Popen, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if proc.poll() is not None:
-            pytest.fail(f"exited with {proc.returncode} before {what}: {proc.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
-        time.sleep(0.05)
-
-
 def _interrupt_and_check_nothing_is_left(proc, family: dict, adopted, sig=signal.SIGINT) -> str:
     sent = time.monotonic()
     proc.send_signal(sig)
@@ -137,7 +128,7 @@ def test_signal_stops_a_distributed_run_with_final_checkpoint_and_no_ray_process
     proc = _distributed_run(tmp_path)
     try:
         metrics = tmp_path / "metrics.jsonl"
-        _wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 3, proc, 180, "3 iterations")
+        wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 3, proc, 180, "3 iterations")
         family = descendants_of(proc.pid)
         commands = list(family.values())
         assert any("raylet" in c for c in commands) and any("gcs_server" in c for c in commands), commands
@@ -162,7 +153,7 @@ def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans
             family.update(descendants_of(proc.pid))
             return sum(c.startswith(("ray::DashboardAgent", "ray::RuntimeEnvAgent")) for c in family.values()) == 2
 
-        _wait_until(agents_up, proc, 180, "Ray's agents")
+        wait_until(agents_up, proc, 180, "Ray's agents")
         assert not (tmp_path / "metrics.jsonl").exists()
         stderr = _interrupt_and_check_nothing_is_left(proc, family, adopted_orphans)
         assert "Traceback" not in stderr
