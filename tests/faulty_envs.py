@@ -51,3 +51,42 @@ class HangsOnStartCartPole(CartPoleEnv):
         while Path(marker).exists():
             time.sleep(0.1)
         super().__init__()
+
+
+class WrongShapeCartPole(CartPoleEnv):
+    """Declares CartPole's 4-number observations but returns 3."""
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return obs[:3], info
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        return (obs[:3], *rest)
+
+
+class HugeObservationEnv(CartPoleEnv):
+    """A billion-way Discrete observation: one-hot, no run fits it in memory (the space itself is cheap)."""
+
+    def __init__(self):
+        super().__init__()
+        import gymnasium as gym
+
+        self.observation_space = gym.spaces.Discrete(10**9)
+
+
+class NaNAfterCartPole(_CountingCartPole):
+    """Returns NaN observations from its `nan_after`-th step on (later than validation looks)."""
+
+    def __init__(self, nan_after: int = 100):
+        super().__init__()
+        self.nan_after = nan_after
+
+    def _fail_maybe(self):
+        pass
+
+    def step(self, action):
+        obs, *rest = super().step(action)
+        if self.steps >= self.nan_after:
+            obs = obs * float("nan")
+        return (obs, *rest)

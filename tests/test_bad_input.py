@@ -41,8 +41,23 @@ class Case:
 
 CASES = {
     "unknown_env_id": Case(["env.id=NoSuchEnv-v0"], "env.id", "NoSuchEnv-v0"),
-    "unknown_group_option": Case(["parallel=foo"], "parallel/foo", "Could not find", by_hydra=True),
-    "unknown_key": Case(["algo.lrr=0.1"], "algo.lrr", "Could not override", by_hydra=True),
+    "unknown_group_option": Case(["parallel=distibuted"], "parallel", "did you mean distributed?"),
+    "unknown_key": Case(["algo.learning_rate=1e-3"], "algo.learning_rate", "did you mean algo.lr?"),
+    "misspelt_added_algo_key": Case(["+algo.epoch=5"], "algo.epoch", "did you mean algo.epochs?"),
+    "misspelt_added_sampler_key": Case(
+        ["parallel=multiprocess", "+parallel.sample_timeout=5"], "parallel.sample_timeout", "did you mean parallel.sample_timeout_s?"
+    ),
+    "sampler_key_local_sampling_lacks": Case(["+parallel.sample_timeout=5"], "parallel.sample_timeout", "unknown key"),
+    "added_top_level_key": Case(["+foo=1"], "foo", "unknown key"),
+    "env_constructor_raises": Case(["+env.kwargs.bogus=1"], "env", "unexpected keyword argument 'bogus'"),
+    "env_observations_mismatch_their_space": Case(
+        ["env.id=null", "env.entry_point=tests.faulty_envs:WrongShapeCartPole"], "env", "shape (3,)"
+    ),
+    "observations_too_large_for_memory": Case(
+        ["env.id=null", "env.entry_point=tests.faulty_envs:HugeObservationEnv"], "memory", "GiB is available"
+    ),
+    "run_dir_is_a_file": Case(["run_dir=README.md"], "run_dir", "is a file"),
+    "run_dir_cannot_be_created": Case(["run_dir=/proc/rlpar-run"], "run_dir", "cannot be written"),
     "override_without_value": Case(["algo.lr"], "algo.lr", "Error parsing override", by_hydra=True),
     "malformed_override": Case(["algo.lr=[1,2"], "algo.lr", "not a valid override"),
     "group_choice_not_a_name": Case(["algo=3"], "algo", "not an option"),
@@ -133,7 +148,7 @@ def results(tmp_path_factory):
         for name, case in CASES.items():
             if case.resume is not None:
                 futures[name] = submit(pool, name, [*case.args, f"resume={resume_dirs[case.resume]}"], case.env)
-        return {name: future.result() for name, future in futures.items()}
+        return {"out": tmp / "out", **{name: future.result() for name, future in futures.items()}}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -150,8 +165,15 @@ def test_bad_input_is_refused_clearly(results, name):
         assert [line for line in proc.stderr.splitlines() if case.key in line and case.detail in line], output
     else:
         assert proc.stderr.count(REFUSAL) == 1, output
-        problems = [line for line in proc.stderr.splitlines() if line.strip().startswith(f"{case.key}:")]
+        problems = [line for line in problem_lines(proc.stderr) if line.startswith(f"{case.key}:")]
         assert len(problems) == 1 and case.detail in problems[0], output
+    if case.resume is None:  # a refused run leaves neither Hydra's output folder nor a run directory
+        assert not (results["out"] / name).exists()
+
+
+def problem_lines(stderr: str) -> list[str]:
+    """One problem: `rlpar: invalid config: PROBLEM`; several: one indented line each below it."""
+    return [line.replace(REFUSAL, "", 1).strip() for line in stderr.splitlines() if line.strip() != REFUSAL]
 
 
 def test_several_problems_come_in_one_message(results):
@@ -159,7 +181,7 @@ def test_several_problems_come_in_one_message(results):
     assert proc.returncode == 2 and elapsed < MAX_SECONDS
     assert "Traceback" not in proc.stdout + proc.stderr
     assert proc.stderr.count(REFUSAL) == 1
-    problem_keys = [line.strip().split(":")[0] for line in proc.stderr.split(REFUSAL)[1].splitlines() if line.strip()]
+    problem_keys = [line.split(":")[0] for line in problem_lines(proc.stderr) if line]
     assert sorted(problem_keys) == sorted(SEVERAL_KEYS), proc.stderr
 
 

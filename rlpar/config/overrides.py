@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from rlpar.config.validate import first_line
 
-
 def override_problems(overrides: list[str]) -> list[str]:
-    """Command-line overrides Hydra would refuse with a traceback or without naming them:
-    malformed ones like `algo.lr=[1,2` and group choices that are not names like `algo=3`."""
+    """Command-line overrides Hydra would refuse with a traceback, or in its own words without a
+    suggestion: malformed ones like `algo.lr=[1,2`, group choices that are not names like
+    `algo=3`, unknown options like `parallel=distibuted`, and unknown keys like `algo.learning_rate=1`."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    problems = []
+    problems, parsed = [], []
     for text in overrides:
         if text.startswith("-") or "=" not in text:
             continue  # Hydra flags and their values (-m, --cfg job); Hydra names a bare `key` itself
@@ -23,7 +23,8 @@ def override_problems(overrides: list[str]) -> list[str]:
         problem = _group_choice_problem(override, text)
         if problem:
             problems.append(problem)
-    return problems
+        parsed.append(override)
+    return problems or _unknown_key_problems(parsed)
 
 
 def _parse_reason(err: Exception) -> str:
@@ -33,16 +34,62 @@ def _parse_reason(err: Exception) -> str:
 
 def _group_choice_problem(override, text: str) -> str | None:
     from rlpar.config.compose import CONF_DIR
+    from rlpar.config.known_keys import did_you_mean
 
     group = override.key_or_group
-    if override.is_sweep_override() or not (CONF_DIR / group).is_dir():
+    if not (CONF_DIR / group).is_dir():
         return None
-    value = override.value()
-    if isinstance(value, (str, dict)) or (value is None and override.is_delete()):
-        return None
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return None
+    options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    if override.is_sweep_override():
+        values = list(override.sweep_iterator()) if override.is_discrete_sweep() else []
+    else:
+        values = [override.value()]
     if not group:
         return f"'{text}': no key before '='"
-    options = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
-    return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {options})"
+    for value in values:
+        if value is None and override.is_delete():
+            continue
+        if isinstance(value, str) and value in options:
+            continue
+        if isinstance(value, str):
+            return (f"{group}: '{value}' is not an option of this config group"
+                    f"{did_you_mean(value, options)} (one of: {', '.join(options)})")
+        if not isinstance(value, dict):
+            return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
+    return None
+
+
+def _unknown_key_problems(parsed: list) -> list[str]:
+    """Keys set without `+` that the composed config does not have. Composed with the command's
+    group choices; skipped when a group choice is swept (the key may exist in one option only)."""
+    from omegaconf import OmegaConf
+
+    from rlpar.config.compose import CONF_DIR, compose_config
+    from rlpar.config.known_keys import did_you_mean
+
+    is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]
+    keys = [o for o, group in zip(parsed, is_group) if not group and o.is_force_add() is False
+            and not o.is_add() and not o.is_delete() and not o.key_or_group.startswith("hydra")]
+    if not keys or any(o.is_sweep_override() for o, group in zip(parsed, is_group) if group):
+        return []
+    try:
+        cfg = compose_config([o.input_line for o, group in zip(parsed, is_group) if group])
+    except Exception:  # anything else wrong with the command: Hydra reports it in its own words
+        return []
+    problems = []
+    for override in keys:
+        key = override.key_or_group
+        node, found = cfg, []
+        for part in key.split("."):  # by name, without resolving interpolations
+            if not OmegaConf.is_dict(node) or part not in node.keys():
+                break
+            node = node._get_node(part)
+            found.append(part)
+        if len(found) == key.count(".") + 1:
+            continue
+        parent = ".".join(found)
+        siblings = list(node.keys()) if OmegaConf.is_dict(node) else []
+        name = key.split(".")[len(found)]
+        problems.append(f"{parent + '.' if parent else ''}{name}: not a key of the config"
+                        f"{did_you_mean(name, siblings, parent)} (add a new key with +{key}=...)")
+    return problems

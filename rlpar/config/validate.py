@@ -59,8 +59,12 @@ class _Checker:
 
 
 def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
-    """Raise ConfigError listing every problem; return None when the config is usable."""
+    """Raise ConfigError listing every problem; return None when the config is usable.
+
+    `check_env` builds one environment, resets and steps it, and estimates the run's memory."""
     c = _Checker(cfg)
+    _check_known_keys(c)
+    _check_run_dir(c)
     c.number("seed", integer=True, low=0)
     c.number("total_steps", integer=True, low=1)
     workers = c.number("workers", integer=True, low=1)
@@ -80,6 +84,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
         _check_ray_address(c)
     _check_hardware(c)
     _check_resume(c)
+    c.choice("resume_envs", (True, False))
     c.number("checkpoint.every", integer=True, low=0)
     c.number("checkpoint.keep", integer=True, low=1)
     if c.problems:
@@ -148,9 +153,83 @@ def _check_env(c: _Checker, check_env: bool) -> None:
     if shape_problems:
         c.problems.extend(shape_problems)
         return
-    problem = check_env_exists(resolve_env_spec(**env_cfg))
+    spec = resolve_env_spec(**env_cfg)
+    problem = check_env_exists(spec)
     if problem:
         c.problems.append(problem)
+        return
+    c.problems.extend(_probe_env(c, spec))
+
+
+PROBE_STEPS = 5
+
+
+def _probe_env(c: _Checker, spec) -> list[str]:
+    """Build one environment, check its spaces and the run's memory, then reset and step it: an
+    environment that cannot be built or lies about its observations is named now, in one line."""
+    import gymnasium as gym
+    import numpy as np
+
+    from rlpar.envs.factory import make_env
+    from rlpar.envs.spaces import describe_action_space, observation_dim
+
+    name = spec.id or spec.entry_point
+    try:
+        env = make_env(spec)
+    except BaseException as err:  # user code: any exception, MemoryError included
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        return [f"env: building {name} with env.kwargs {spec.kwargs} failed ({type(err).__name__}: {first_line(err)})"]
+    try:
+        try:
+            obs_dim = observation_dim(env.observation_space)
+            action = describe_action_space(env.action_space)
+        except TypeError as err:
+            return [f"env: {err}"]
+        problem = _memory_problem(c, obs_dim, action.size)
+        if problem:
+            return [problem]
+        space = env.observation_space
+        expected = space.shape if isinstance(space, gym.spaces.Box) else ()
+        env.action_space.seed(0)
+        stage = "reset"
+        try:
+            obs, _ = env.reset(seed=0)
+            for step in range(PROBE_STEPS + 1):
+                got = np.shape(obs)
+                if got != expected:
+                    return [f"env: {name} returned an observation of shape {got} after {stage}, but its "
+                            f"observation_space {space} declares {expected}"]
+                if not np.all(np.isfinite(np.asarray(obs, dtype=np.float64))):
+                    return [f"env: {name} returned NaN or infinite observations after {stage}"]
+                if step == PROBE_STEPS:
+                    break
+                stage = f"step {step + 1}"
+                obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                if terminated or truncated:
+                    stage = "reset"
+                    obs, _ = env.reset()
+        except Exception as err:
+            return [f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})"]
+        return []
+    finally:
+        env.close()
+
+
+def _memory_problem(c: _Checker, obs_dim: int, action_size: int) -> str | None:
+    from rlpar.config.resources import estimated_memory_bytes, memory_problem
+
+    numbers = [c.get(k) for k in ("workers", "envs_per_worker", "algo.rollout_length")]
+    hidden = c.get("algo.model.hidden_sizes")
+    if not all(isinstance(n, int) and n >= 1 for n in numbers) or not _positive_integers(hidden):
+        return None  # reported on their own
+    workers, envs_per_worker, rollout = numbers
+    local = str(c.get("parallel._target_") or "").endswith("LocalSampler")
+    estimate = estimated_memory_bytes(
+        obs_dim=obs_dim, action_size=action_size, rollout_length=rollout, num_envs=workers * envs_per_worker,
+        workers=0 if local else workers, hidden_sizes=hidden, copies_of_batch=2 if local else 3,
+    )
+    return memory_problem(estimate)
 
 
 def _env_shape_problems(env_cfg: dict) -> list[str]:
@@ -164,6 +243,40 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
     if kwargs is not None and not isinstance(kwargs, dict):
         problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {kwargs!r}")
     return problems
+
+
+def _check_known_keys(c: _Checker) -> None:
+    from rlpar.config.known_keys import unknown_key_problems
+
+    config = OmegaConf.to_container(c.cfg, resolve=False)
+    config.pop("hydra", None)
+    try:
+        c.problems.extend(unknown_key_problems(config))
+    except (ImportError, SyntaxError) as err:  # a _target_ that does not exist
+        c.problems.append(f"_target_: {first_line(err)}")
+
+
+def _check_run_dir(c: _Checker) -> None:
+    """A run directory that cannot be written would otherwise fail after start-up (Ray: ~9 s).
+    Proven by creating (and removing) a folder where the run directory would go."""
+    import os
+    import tempfile
+
+    run_dir = c.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir:
+        c.problems.append(f"run_dir: expected a path, got {run_dir!r}")
+        return
+    path = Path(run_dir).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        what = "is a file, not a directory" if existing == path else f"cannot be created: '{existing}' is a file"
+        c.problems.append(f"run_dir: '{run_dir}' {what}")
+        return
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rlpar-write-test-", dir=existing))
+    except OSError as err:
+        where = "" if existing == path else f" (in '{existing}')"
+        c.problems.append(f"run_dir: '{run_dir}' cannot be written{where}: {err.strerror or err}")
 
 
 def _check_hardware(c: _Checker) -> None:
@@ -213,17 +326,22 @@ def _check_resume(c: _Checker) -> None:
     if problem:
         c.problems.append(problem)
         return
-    from rlpar.runtime.checkpoint import latest_valid_checkpoint
+    from rlpar.runtime.checkpoint import latest_valid_checkpoint, untrusted_pickles
 
     damaged: list = []
-    if latest_valid_checkpoint(str(resume), damaged) is not None:
-        return
-    if not damaged:
+    found = latest_valid_checkpoint(str(resume), damaged)
+    if found is None and not damaged:
         c.problems.append(f"resume: '{resume}' has no checkpoint to resume from (checkpoints/ is empty or missing)")
-    else:
+    elif found is None:
         c.problems.append(
             f"resume: '{resume}' cannot be resumed: its {len(damaged)} checkpoint(s) are all damaged/unreadable "
-            f"(newest: {damaged[0]})"
+            f"(newest: {damaged[0][1]})"
+        )
+    elif c.get("resume_envs") is not False and (untrusted := untrusted_pickles(found[1])):
+        c.problems.append(
+            f"resume: {found[0].name} holds environment state this user did not write ({untrusted[0]}); nothing "
+            f"of it was unpickled. To resume without it (same weights, optimiser and counters, fresh "
+            f"environments): python main.py resume={resume} resume_envs=false"
         )
 
 

@@ -39,7 +39,6 @@ class PPOLearner:
         reward_scale: float = 1.0,
         max_consecutive_nonfinite: int = 20,
         device: str = "cpu",
-        **_shared_algo_keys,
     ):
         torch.manual_seed(seed)
         self.device = torch.device(device)

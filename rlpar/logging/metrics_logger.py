@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import time
 from pathlib import Path
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 
+from rlpar.logging.run_log import record_event
 from rlpar.logging.tags import tag_for
+from rlpar.runtime.errors import RunDirError
 
 NOT_PLOTTED = {"iteration"}
+log = logging.getLogger("rlpar")
 
 
 def _jsonable(value):
@@ -34,7 +39,7 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.run_dir / "metrics.jsonl"
-        self._jsonl = open(self.jsonl_path, "a", buffering=1)
+        self._jsonl = open(self.jsonl_path, "a+", buffering=1)  # readable: to restore it, see _keep_file
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -46,7 +51,11 @@ class MetricsLogger:
 
     def log(self, metrics: dict) -> None:
         row = {k: _jsonable(v) for k, v in metrics.items()}
-        self._jsonl.write(json.dumps(row) + "\n")
+        try:
+            self._keep_file()
+            self._jsonl.write(json.dumps(row) + "\n")
+        except OSError as err:
+            raise RunDirError(f"cannot write {self.jsonl_path} ({err.strerror or err})") from err
         step = int(metrics["env_steps"])
         scalars = {
             tag_for(k): float(v)
@@ -59,6 +68,34 @@ class MetricsLogger:
             self._tb._get_file_writer().add_summary(summary, global_step=step)
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+
+    def _keep_file(self) -> None:
+        """Never lose rows silently: if metrics.jsonl was deleted or replaced during the run, put
+        back every row of it (the open file still holds them all, resumed ones included), keep
+        a replacement aside under another name, warn, and record the event."""
+        try:
+            on_disk = os.stat(self.jsonl_path)
+            ours = os.fstat(self._jsonl.fileno())
+            if (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino):
+                return
+            what = "replaced"
+            kept_aside = self.jsonl_path.with_name(f"metrics.jsonl.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            os.replace(self.jsonl_path, kept_aside)
+        except FileNotFoundError:
+            what, kept_aside = "deleted", None
+        self._jsonl.flush()
+        rows = os.pread(self._jsonl.fileno(), os.fstat(self._jsonl.fileno()).st_size, 0)
+        count = rows.count(b"\n")
+        tmp = self.jsonl_path.with_name("metrics.jsonl.tmp")
+        tmp.write_bytes(rows)
+        os.replace(tmp, self.jsonl_path)
+        self._jsonl.close()
+        self._jsonl = open(self.jsonl_path, "a+", buffering=1)
+        aside = f"; the file found in its place is kept as {kept_aside.name}" if kept_aside else ""
+        log.warning(f"{self.jsonl_path} was {what} during the run: recreated it with all "
+                    f"{count} rows logged so far{aside}")
+        record_event(self.run_dir, "metrics_file_recreated", was=what, rows=count,
+                     kept_aside=kept_aside.name if kept_aside else None)
 
     def log_hparams(self, hparams: dict, final_metrics: dict) -> None:
         """Record the run's hyper-parameters next to its final numbers (TensorBoard HParams tab)."""

@@ -8,6 +8,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rlpar.config.known_keys import ALGO_KEYS_NOT_FOR_LEARNER
 from rlpar.config.validate import ConfigError
 from rlpar.envs.factory import make_env, resolve_env_spec
 from rlpar.envs.spaces import describe_action_space, observation_dim
@@ -15,8 +16,6 @@ from rlpar.logging.progress import ProgressLine
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.trainer import Trainer
 
-# Keys of the algo group that describe the sampler and the network, not the learner.
-ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length", "model")
 
 
 def probe_policy_spec(env_spec, model_cfg: dict) -> PolicySpec:

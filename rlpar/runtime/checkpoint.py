@@ -1,23 +1,34 @@
-"""Atomic, rotating checkpoints that load without unpickling arbitrary objects.
+"""Atomic, rotating, verified checkpoints that load without running code from the file.
 
 A checkpoint is a dict of tensors and plain Python values written with `torch.save` and read
-back with `weights_only=True`, which refuses anything else. It is written to a temporary file,
-flushed and fsynced, then renamed, so a kill mid-write never leaves a file that looks valid.
+back with `weights_only=True`, which refuses anything else. Every top-level section carries a
+SHA-256 of its contents, checked on load: flipped or missing bytes are caught even where the
+file still parses. The few pickles that exact resume needs (environment state) are signed with
+this user's key (signed_pickle.py) and only unpickled after their signature verifies.
+
+It is serialised in memory, written to a temporary file, flushed and fsynced, then renamed, so
+a kill or a full disk mid-write never leaves a file that looks valid, and never a stray
+temporary file.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import io
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
+from rlpar.runtime.errors import CheckpointError, CheckpointWriteError
+from rlpar.runtime.signed_pickle import SIGNED_PICKLE, UntrustedPickleError, verify
+
 NAME = re.compile(r"^checkpoint_(\d{8})\.pt$")
-
-
-class CheckpointError(Exception):
-    pass
+FORMAT = 2
+SKIPPED_SUFFIX = ".skipped"  # a damaged checkpoint set aside by a resume (kept to look at)
 
 
 class Checkpointer:
@@ -30,14 +41,23 @@ class Checkpointer:
         return self.every > 0 and iteration % self.every == 0
 
     def save(self, state: dict, iteration: int) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"checkpoint_{iteration:08d}.pt"
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        torch.save(with_checksums(state), buffer)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as handle:
+                handle.write(buffer.getbuffer())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            kept = ", ".join(p.name for p in list_checkpoints(self.directory)) or "none"
+            raise CheckpointWriteError(
+                f"cannot write checkpoint {path} ({_os_reason(err)}); earlier checkpoints are kept: {kept}"
+            ) from err
         self._prune()
         return path
 
@@ -46,18 +66,69 @@ class Checkpointer:
             old.unlink(missing_ok=True)
 
 
+def _os_reason(err: OSError) -> str:
+    return "no space left on device" if err.errno == errno.ENOSPC else (err.strerror or str(err))
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Finished checkpoints, oldest first (temporary files are ignored)."""
+    """Finished checkpoints, oldest first (temporary and set-aside files are ignored)."""
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if NAME.match(p.name))
 
 
+# -- integrity --------------------------------------------------------------------------------
+def _feed(digest, value) -> None:
+    """Hash `value` by type and content, the same way for the same data whatever its container."""
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"T{value.dtype}{tuple(value.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    elif isinstance(value, Mapping):
+        digest.update(f"M{len(value)}".encode())
+        for key in sorted(value, key=repr):
+            _feed(digest, key)
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"L{len(value)}".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        digest.update(f"V{type(value).__name__}:{value!r};".encode())
+
+
+def checksum(value) -> str:
+    digest = hashlib.sha256()
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def with_checksums(state: dict) -> dict:
+    return {**state, "format": FORMAT, "checksums": {key: checksum(value) for key, value in state.items()}}
+
+
+def _verify_checksums(state) -> None:
+    if not isinstance(state, dict) or not isinstance(state.get("checksums"), dict):
+        raise CheckpointError("it has no checksums (not an rlpar checkpoint, or one older than format 2)")
+    expected = state["checksums"]
+    sections = [key for key in state if key not in ("format", "checksums")]
+    damaged = [key for key in sections if expected.get(key) != checksum(state[key])]
+    missing = [key for key in expected if key not in state]
+    if damaged or missing:
+        raise CheckpointError(f"checksum mismatch in {', '.join(damaged + missing)}: the file is damaged")
+
+
 def load_checkpoint(path: str | Path) -> dict:
+    """The checkpoint's state, after its checksums verify (CheckpointError otherwise)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(f"checkpoint '{path}' cannot be read ({_short_reason(err)})") from err
+    try:
+        _verify_checksums(state)
+    except CheckpointError as err:
+        raise CheckpointError(f"checkpoint '{path}' cannot be used ({err})") from None
+    return state
 
 
 def _short_reason(err: Exception) -> str:
@@ -73,12 +144,35 @@ def _short_reason(err: Exception) -> str:
 
 
 def latest_valid_checkpoint(run_dir: str | Path, skipped: list | None = None) -> tuple[Path, dict] | None:
-    """The newest checkpoint of a run that loads, skipping damaged ones (their CheckpointErrors,
-    newest first, are appended to `skipped` when given)."""
+    """The newest checkpoint of a run that loads and verifies, skipping damaged ones (their
+    (path, CheckpointError) pairs, newest first, are appended to `skipped` when given)."""
     for path in reversed(list_checkpoints(Path(run_dir) / "checkpoints")):
         try:
             return path, load_checkpoint(path)
         except CheckpointError as err:
             if skipped is not None:
-                skipped.append(err)
+                skipped.append((path, err))
     return None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged checkpoint out of the rotation, keeping it to look at."""
+    target = path.with_name(path.name + SKIPPED_SUFFIX)
+    os.replace(path, target)
+    return target
+
+
+# -- signed pickles ---------------------------------------------------------------------------
+def untrusted_pickles(state, where: str = "") -> list[str]:
+    """Where `state` holds a signed pickle that this user's key did not sign, and why."""
+    if isinstance(state, Mapping):
+        if SIGNED_PICKLE in state:
+            try:
+                verify(state[SIGNED_PICKLE].numpy().tobytes(), state.get("hmac_sha256"))
+            except UntrustedPickleError as err:
+                return [f"{where or 'state'}: {err}"]
+            return []
+        return [p for key, value in state.items() for p in untrusted_pickles(value, f"{where}.{key}".lstrip("."))]
+    if isinstance(state, (list, tuple)):
+        return [p for i, value in enumerate(state) for p in untrusted_pickles(value, f"{where}[{i}]")]
+    return []

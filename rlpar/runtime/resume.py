@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlpar.config.validate import ConfigError, first_line, resume_dir_problem
 
 # Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
-RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes")
+RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "resume_envs")
 
 
 def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None) -> DictConfig:

@@ -9,11 +9,12 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.validate import validate_config
-from rlpar.learning.errors import NonFiniteLossError
+from rlpar.logging.run_log import RunLog, record_event
+from rlpar.runtime import run_lock
 from rlpar.runtime.build import build_trainer
-from rlpar.runtime.checkpoint import latest_valid_checkpoint
+from rlpar.runtime.checkpoint import latest_valid_checkpoint, set_aside
+from rlpar.runtime.errors import TRAINING_STOPS, CheckpointWriteError, RunDirError
 from rlpar.runtime.interrupts import HeldInterrupts
-from rlpar.sampling.errors import WorkerPoolError
 
 
 def resolved_config(cfg: DictConfig) -> dict:
@@ -21,22 +22,42 @@ def resolved_config(cfg: DictConfig) -> dict:
 
 
 def run(cfg: DictConfig, *, validated: bool = False) -> dict:
-    """Validate (unless the caller has, e.g. main.py), build, train to `total_steps` (resuming if
-    asked), evaluate; return final metrics."""
+    """Validate (unless the caller has, e.g. main.py), lock the run directory (unless the caller
+    holds it), build, train to `total_steps` (resuming if asked), evaluate; return final metrics."""
     if not validated:
         validate_config(cfg)
     run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "config.yaml", "w") as handle:
-        yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
+    locked_here = not run_lock.holds(run_dir)
+    if locked_here:
+        run_lock.acquire(run_dir)
+    try:
+        with RunLog(run_dir) as run_log:
+            try:
+                return _locked_run(cfg, run_dir)
+            except (KeyboardInterrupt, *TRAINING_STOPS):
+                raise
+            except Exception as err:  # a bug or an environment's own failure: one line, traceback kept
+                err.add_note(f"full traceback in {run_log.traceback_to_file(err)}")
+                raise
+    finally:
+        if locked_here:
+            run_lock.release(run_dir)
+
+
+def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
     checkpoint = None
-    if cfg.get("resume"):
-        checkpoint = latest_valid_checkpoint(cfg.resume)[1]
-        _truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
+    try:
+        with open(run_dir / "config.yaml", "w") as handle:
+            yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
+        if cfg.get("resume"):
+            checkpoint = _newest_usable_checkpoint(run_dir)
+            _truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
+    except OSError as err:
+        raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
     trainer = build_trainer(cfg)
     try:
         if checkpoint is not None:
-            trainer.restore(checkpoint)
+            trainer.restore(checkpoint, environments=bool(cfg.get("resume_envs", True)))
         # Ctrl-C / SIGTERM while training: finish the iteration under way, then stop. Stopped
         # mid-iteration, a checkpoint would hold a half-updated learner, or environments stepped
         # into the next rollout, under the last finished iteration's number: a resume would not
@@ -50,7 +71,7 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)
             if interrupts.requested:
                 raise KeyboardInterrupt
-        except (KeyboardInterrupt, WorkerPoolError, NonFiniteLossError) as stop:
+        except (KeyboardInterrupt, *TRAINING_STOPS) as stop:
             # Ctrl-C, SIGTERM, or a failure the run cannot train through: keep what was learnt
             # (non-finite updates were skipped, so the weights are sound), then let `finally`
             # stop every worker. Not after a second Ctrl-C: that stops mid-iteration, where the
@@ -58,7 +79,7 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
             if interrupts.forced:
                 print(f"\nstopped during iteration {trainer.iteration + 1}, without a checkpoint "
                       f"(continue from the newest one with resume={run_dir})", flush=True)
-            elif trainer.checkpointer is not None and trainer.iteration > 0:
+            elif trainer.checkpointer is not None and trainer.iteration > 0 and not isinstance(stop, CheckpointWriteError):
                 path = trainer.save()
                 why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped"
                 print(f"\n{why} at iteration {trainer.iteration}: checkpoint {path} "
@@ -73,6 +94,19 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
         return final
     finally:
         trainer.close()
+
+
+def _newest_usable_checkpoint(run_dir: Path) -> dict:
+    """The newest checkpoint that verifies; damaged newer ones are named, set aside and recorded."""
+    skipped: list = []
+    path, state = latest_valid_checkpoint(run_dir, skipped)  # validation made sure there is one
+    for damaged, reason in skipped:
+        kept_as = set_aside(damaged)
+        print(f"rlpar: skipped checkpoint {damaged.name} ({reason}); resuming from {path.name} "
+              f"(the damaged file is kept as {kept_as.name})", flush=True)
+        record_event(run_dir, "checkpoint_skipped", checkpoint=damaged.name, reason=str(reason),
+                     resumed_from=path.name, kept_as=kept_as.name)
+    return state
 
 
 def _truncate_metrics(path: Path, iteration: int) -> None:

@@ -19,6 +19,8 @@ import torch
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats
 from rlpar.runtime.evaluation import evaluate_policy
+from rlpar.sampling.batch import nonfinite_inputs
+from rlpar.sampling.errors import NonFiniteObservationError
 
 
 class Trainer:
@@ -68,6 +70,9 @@ class Trainer:
         fetched = time.perf_counter()
         batch = self.sampler.sample(weights, self.learner.version)
         sampled = time.perf_counter()
+        problem = nonfinite_inputs(batch)
+        if problem:
+            raise NonFiniteObservationError(f"{problem} in iteration {self.iteration + 1}; check the environment")
         learn_metrics = self.learner.update(batch)
         learned = time.perf_counter()
 
@@ -113,7 +118,6 @@ class Trainer:
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
-            "format": 1,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time_s": self.wall_time(),
@@ -128,10 +132,12 @@ class Trainer:
             raise RuntimeError("this trainer has no checkpointer")
         return self.checkpointer.save(self.state_dict(), self.iteration)
 
-    def restore(self, path_or_state) -> None:
+    def restore(self, path_or_state, *, environments: bool = True) -> None:
+        """`environments=False`: weights, optimiser, statistics and counters, with the freshly
+        built environments (for environment state this user's key did not sign)."""
         state = path_or_state if isinstance(path_or_state, dict) else load_checkpoint(path_or_state)
         self.learner.load_state_dict(state["learner"])
-        self.sampler.load_state_dict(state["sampler"])
+        self.sampler.load_state_dict(state["sampler"], environments=environments)
         self.episodes.load_state_dict(state["episodes"])
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])

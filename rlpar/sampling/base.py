@@ -26,8 +26,8 @@ class Sampler(ABC):
     def state_dict(self) -> dict:
         return {}
 
-    def load_state_dict(self, state: dict) -> None:
-        pass
+    def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
+        """`environments=False` restores counters only and keeps the environments as built."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -117,3 +117,21 @@ def raw_obs_moments(batch: "Batch") -> tuple[np.ndarray, np.ndarray, int] | None
     count = batch.rewards.size
     mean = total / count
     return mean, np.maximum(squares / count - mean**2, 0.0), count
+
+
+def nonfinite_inputs(batch: Batch) -> str | None:
+    """What the environments returned that is NaN or infinite, by name, or None.
+
+    Checked before learning: a NaN observation would otherwise surface much later as a NaN
+    loss, blamed on the learning rate. Raw sums catch infinities that normalisation clips."""
+    checks = [("observations", batch.obs, 1), ("rewards", batch.rewards, 1)]  # [T, N, ...]
+    if batch.raw_obs_sums is not None:
+        checks.append(("observations", batch.raw_obs_sums[0], 0))  # [N, obs_dim]
+    for name, values, env_axis in checks:
+        finite = np.isfinite(values)
+        if finite.all():
+            continue
+        bad = np.flatnonzero(~finite.all(axis=tuple(a for a in range(values.ndim) if a != env_axis)))
+        shown = ", ".join(map(str, bad[:8])) + (", ..." if len(bad) > 8 else "")
+        return f"the environments returned NaN or infinite {name} (environment(s) {shown} of this batch)"
+    return None

@@ -14,3 +14,7 @@ class WorkerFailure:
 
 class WorkerPoolError(RuntimeError):
     """Too many workers failed, or too few are left: the run cannot go on as configured."""
+
+
+class NonFiniteObservationError(RuntimeError):
+    """The environments returned NaN or infinite observations or rewards: not trained on."""

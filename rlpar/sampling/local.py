@@ -21,8 +21,11 @@ class LocalSampler(Sampler):
         envs_per_worker: int,
         rollout_length: int,
         seed: int,
-        **_unused_by_local,
+        sync_mode: str = "blocking",
+        max_policy_lag: int = 0,
     ):
+        """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
+        always on-policy (validation refuses non_blocking)."""
         self.num_envs = num_workers * envs_per_worker
         self.worker = RolloutWorker(
             env_spec=env_spec,
@@ -57,8 +60,8 @@ class LocalSampler(Sampler):
         """In-process environments can be captured, so a resumed local run continues exactly."""
         return {"worker": self.worker.get_state(), "env_restarts": self.env_restarts}
 
-    def load_state_dict(self, state: dict) -> None:
-        if "worker" in state:
+    def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
+        if environments and "worker" in state:
             self.worker.set_state(state["worker"])
         self.env_restarts = int(state.get("env_restarts", 0))
 

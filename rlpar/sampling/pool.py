@@ -261,6 +261,6 @@ class WorkerPoolSampler(Sampler):
         """Counters only: remote environments are not captured, so resumes start them afresh."""
         return {"worker_restarts": self.worker_restarts, "env_restarts": self.env_restarts}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
         self.worker_restarts = int(state.get("worker_restarts", 0))
         self.env_restarts = int(state.get("env_restarts", 0))

@@ -7,8 +7,6 @@ own generator, so a worker owning environments [k, k + n) produces exactly the c
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 
 from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
@@ -62,21 +60,23 @@ class RolloutWorker:
     def get_state(self) -> dict:
         """Everything that decides the next rollout, as tensors and plain values.
 
-        Environments are pickled (their internal state has no common format); the bytes are only
-        unpickled by `set_state`, i.e. when the user resumes their own run.
+        Environments are pickled (their internal state has no common format) and signed with
+        this user's key; `set_state` unpickles them only after the signature verifies.
         """
         import torch  # only the learner's process checkpoints; workers never import torch
+
+        from rlpar.runtime.signed_pickle import SIGNED_PICKLE, dumps_signed
 
         env_fns = getattr(self.venv, "env_fns", None)  # SyncVectorEnv keeps its (unpicklable) factories
         if env_fns is not None:
             self.venv.env_fns = None
         try:
-            env_bytes = pickle.dumps(self.venv)
+            env_bytes, signature = dumps_signed(self.venv)
         finally:
             if env_fns is not None:
                 self.venv.env_fns = env_fns
         return {
-            "venv_pickle": torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8),
+            "venv": {SIGNED_PICKLE: torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8), "hmac_sha256": signature},
             "raw_obs": torch.from_numpy(self.raw_obs.copy()),
             "autoreset_pending": torch.from_numpy(self.autoreset_pending.copy()),
             "episode_return": torch.from_numpy(self.episode_return.copy()),
@@ -85,8 +85,12 @@ class RolloutWorker:
         }
 
     def set_state(self, state: dict) -> None:
+        """Raises UntrustedPickleError, before unpickling anything, unless this user signed it."""
+        from rlpar.runtime.signed_pickle import SIGNED_PICKLE, loads_signed
+
+        venv = loads_signed(state["venv"][SIGNED_PICKLE].numpy().tobytes(), state["venv"].get("hmac_sha256"))
         self.venv.close()
-        self.venv = pickle.loads(state["venv_pickle"].numpy().tobytes())
+        self.venv = venv
         self.raw_obs = state["raw_obs"].numpy().copy()
         self.autoreset_pending = state["autoreset_pending"].numpy().copy()
         self.episode_return = state["episode_return"].numpy().copy()

@@ -1,0 +1,131 @@
+"""Which keys each part of the config takes, so that a typo is refused instead of ignored.
+
+A node with `_target_` takes its class's keyword arguments, read from the class's source (so
+validation never imports torch, 2 s here); a `**kwargs` there is forwarded to the base class.
+The other nodes take what rlpar's own config files give them.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from rlpar.config.compose import CONF_DIR
+
+# Arguments rlpar's builder passes itself: set in a config, they would clash with it.
+SUPPLIED_BY_BUILD = {
+    "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed"},
+    "algo": {"policy_spec", "total_steps", "seed", "device"},
+    "logger": {"run_dir", "config"},
+    "checkpoint": {"run_dir"},
+}
+# Keys of the algo group that describe the sampler and the network, not the learner.
+ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length", "model")
+FREE_FORM = {"env.kwargs", "logger.wandb", "hydra"}  # passed through to code rlpar does not own
+
+
+@cache
+def keyword_parameters(target: str) -> frozenset[str]:
+    """The keyword arguments class `target` ("package.module.Class") accepts."""
+    module_name, _, class_name = target.rpartition(".")
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin:
+        raise ImportError(f"cannot find module '{module_name}'")
+    tree = ast.parse(Path(spec.origin).read_text())
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    if cls is None:
+        raise ImportError(f"module '{module_name}' has no class '{class_name}'")
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
+    if init is None or init.args.kwarg is not None:
+        names |= _base_parameters(tree, cls, module_name)
+    return frozenset(names)
+
+
+def _base_parameters(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> set[str]:
+    base = cls.bases[0].id if cls.bases and isinstance(cls.bases[0], ast.Name) else None
+    if base is None or base in ("object", "ABC"):
+        return set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == base and a.asname is None for a in node.names):
+            return set(keyword_parameters(f"{node.module}.{base}"))
+    return set(keyword_parameters(f"{module_name}.{base}"))
+
+
+@cache
+def _group_file_keys(group: str, node: str) -> frozenset[str]:
+    """Keys under `node` in any option of a `@package _global_` group (hardware: hardware, ray)."""
+    keys = set()
+    for path in (CONF_DIR / group).glob("*.yaml"):
+        content = yaml.safe_load(path.read_text()) or {}
+        keys |= set(content.get(node) or {})
+    return frozenset(keys)
+
+
+@cache
+def top_level_keys() -> frozenset[str]:
+    """config.yaml's own keys, the config groups, and what `@package _global_` options set."""
+    keys = set(yaml.safe_load((CONF_DIR / "config.yaml").read_text())) - {"defaults"}
+    for path in CONF_DIR.glob("*/*.yaml"):
+        keys.add(path.parent.name)
+        if path.read_text().startswith("# @package _global_"):
+            keys |= set(yaml.safe_load(path.read_text()) or {}) - {"defaults"}
+    return frozenset(keys)
+
+
+def allowed_keys(path: str, node: dict) -> tuple[frozenset[str], str] | None:
+    """(keys the node at `path` takes, who takes them), or None where any key goes."""
+    if path in FREE_FORM:
+        return None
+    if path == "":
+        return top_level_keys(), "rlpar's config"
+    if path == "env":
+        from rlpar.envs.factory import EnvSpec
+
+        return frozenset(f.name for f in fields(EnvSpec)), "env"
+    if path == "algo.model":
+        from rlpar.models.spec import PolicySpec
+
+        return frozenset(f.name for f in fields(PolicySpec)) - {"obs_dim", "action"}, "the model"
+    if path in ("hardware", "ray"):
+        return _group_file_keys("hardware", path), path
+    target = node.get("_target_")
+    if not isinstance(target, str):
+        return None
+    extra = set(ALGO_KEYS_NOT_FOR_LEARNER) if path == "algo" else set()
+    return frozenset((keyword_parameters(target) - SUPPLIED_BY_BUILD.get(path, set())) | extra | {"_target_"}), target
+
+
+def unknown_key_problems(config: dict, path: str = "") -> list[str]:
+    """One line per key that no part of rlpar takes, with the nearest valid key when there is one."""
+    allowed = allowed_keys(path, config)
+    problems = []
+    for key, value in config.items():
+        full = f"{path}.{key}" if path else str(key)
+        if allowed is not None and key not in allowed[0]:
+            hint = did_you_mean(str(key), allowed[0], path) or f"; it takes {', '.join(sorted(allowed[0] - {'_target_'}))}"
+            problems.append(f"{full}: unknown key (not taken by {allowed[1]}){hint}")
+        elif isinstance(value, dict):
+            problems.extend(unknown_key_problems(value, full))
+    return problems
+
+
+def did_you_mean(word: str, options, prefix: str = "") -> str:
+    """The nearest option by spelling, or by initials (learning_rate -> lr), as a clause."""
+    options = sorted(map(str, options))
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    close = close or [o for o in options if _initials(word) == o or _initials(o) == word][:1]
+    if not close:
+        return ""
+    return f"; did you mean {prefix + '.' if prefix else ''}{close[0]}?"
+
+
+def _initials(name: str) -> str:
+    parts = name.split("_")
+    return "".join(p[0] for p in parts if p) if len(parts) > 1 else ""

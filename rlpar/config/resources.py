@@ -1,0 +1,48 @@
+"""Will the run fit in memory? Checked before anything starts, not found out 80 s in."""
+
+from __future__ import annotations
+
+import os
+
+GIB = 1024**3
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (what can be allocated without swapping), else all RAM."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: int, num_envs: int, workers: int,
+                           hidden_sizes: list[int], copies_of_batch: int) -> dict[str, int]:
+    """Rough bytes of the largest things a run holds, by what they are.
+
+    - batch: float32 observations and actions plus four float32 and three bool fields per step,
+      held `copies_of_batch` times (worker buffer or shared memory, object store, learner tensors);
+    - network: actor and critic (float32), with gradients and two Adam moments on the learner and
+      a numpy copy in every worker;
+    - environments: the latest float64 observation of each environment, raw and normalised."""
+    per_step = 4 * (obs_dim + action_size + 4) + 3
+    batch = per_step * rollout_length * num_envs * copies_of_batch
+    sizes = [obs_dim, *hidden_sizes]
+    params = 2 * sum(a * b + b for a, b in zip(sizes, sizes[1:])) + hidden_sizes[-1] * (action_size + 1)
+    network = 4 * params * (4 + workers)
+    environments = 2 * 8 * obs_dim * num_envs
+    return {"batch": batch, "network": network, "environments": environments}
+
+
+def memory_problem(estimate: dict[str, int], available: int | None = None) -> str | None:
+    available = available_memory_bytes() if available is None else available
+    total = sum(estimate.values())
+    if total <= 0.9 * available:
+        return None
+    parts = ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in estimate.items())
+    return (f"memory: this run needs about {total / GIB:.1f} GiB ({parts}) but {available / GIB:.1f} GiB is "
+            f"available; use fewer environments (workers, envs_per_worker), a shorter algo.rollout_length, "
+            f"smaller algo.model.hidden_sizes, or a smaller observation")

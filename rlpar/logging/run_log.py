@@ -1,0 +1,58 @@
+"""The run's own log: console plus `<run_dir>/main.log`, and `events.jsonl` for what went wrong.
+
+Hydra's job logging is off (conf/config.yaml): it would write into Hydra's output folder before
+rlpar has validated the config or locked the run directory. A run attaches these handlers once
+it holds its directory, and removes them when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+
+FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+class RunLog:
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self._handlers: list[logging.Handler] = []
+        self._level = None
+
+    def __enter__(self):
+        root = logging.getLogger()
+        console = logging.StreamHandler(sys.stdout)
+        self._file = logging.FileHandler(self.run_dir / "main.log")
+        self._handlers = [console, self._file]
+        for handler in self._handlers:
+            handler.setFormatter(logging.Formatter(FORMAT))
+            root.addHandler(handler)
+        self._level = root.level
+        root.setLevel(logging.INFO)
+        return self
+
+    def traceback_to_file(self, err: BaseException) -> Path:
+        """The full traceback, in main.log only: the console gets one line."""
+        self._file.stream.write("".join(traceback.format_exception(err)))
+        self._file.flush()
+        return self.run_dir / "main.log"
+
+    def __exit__(self, *exc_info):
+        root = logging.getLogger()
+        for handler in self._handlers:
+            root.removeHandler(handler)
+            handler.close()
+        if self._level is not None:
+            root.setLevel(self._level)
+        return False
+
+
+def record_event(run_dir: str | Path, event: str, **fields) -> None:
+    """Append one event (a skipped checkpoint, a recreated metrics file...) to events.jsonl."""
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "event": event, **fields}
+    with open(Path(run_dir) / "events.jsonl", "a") as handle:
+        handle.write(json.dumps(row) + "\n")
