@@ -51,3 +51,55 @@ def test_resume_of_missing_directory_is_refused(make_cfg, tmp_path):
     cfg = make_cfg(f"resume={tmp_path / 'nope'}")
     with pytest.raises(ConfigError, match="resume"):
         validate_config(cfg)
+
+
+def _targets() -> list[str]:
+    import yaml
+
+    found = set()
+    for path in CONF_DIR.rglob("*.yaml"):
+        for line in path.read_text().splitlines():
+            if line.strip().startswith("_target_:"):
+                found.add(line.split(":", 1)[1].strip())
+    return sorted(found)
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_keys_read_from_source_match_the_real_signature(target):
+    """Validation reads constructors' keywords from source (no torch import): it must agree with
+    what Python itself sees, `**kwargs` forwarded to the base class included."""
+    import importlib
+    import inspect
+
+    from rlpar.config.known_keys import keyword_parameters
+
+    module, _, name = target.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    real = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        real |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    assert keyword_parameters(target) == real
+
+
+@pytest.mark.parametrize("override,problem", [
+    ("+algo.epoch=5", "algo.epoch: unknown key (not taken by rlpar.learning.ppo.PPOLearner); did you mean algo.epochs?"),
+    ("+foo=1", "foo: unknown key (not taken by rlpar's config)"),
+    ("+algo.model.hiden_sizes=[8]", "algo.model.hiden_sizes: unknown key (not taken by the model); did you mean algo.model.hidden_sizes?"),
+    ("+env.max_steps=9", "env.max_steps: unknown key (not taken by env)"),
+    ("+ray.adress=x", "ray.adress: unknown key (not taken by ray); did you mean ray.address?"),
+    ("+parallel.seed=3", "parallel.seed: unknown key (not taken by rlpar.sampling.local.LocalSampler)"),
+    ("+checkpoint.evry=3", "checkpoint.evry: unknown key (not taken by rlpar.runtime.checkpoint.Checkpointer); did you mean checkpoint.every?"),
+])
+def test_every_component_refuses_keys_it_does_not_take(make_cfg, override, problem):
+    with pytest.raises(ConfigError) as refused:
+        validate_config(make_cfg(override), check_env=False)
+    assert [p for p in refused.value.problems if p.startswith(problem)], refused.value.problems
+
+
+def test_free_form_keys_are_not_checked(make_cfg):
+    validate_config(make_cfg("logger=wandb", "+logger.wandb.tags=[a]", "+env.kwargs.sutton_barto_reward=true"))
