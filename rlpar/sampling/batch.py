@@ -50,6 +50,9 @@ class Batch:
     bootstrap_value: np.ndarray
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    # Where each episode ended: (step, environment column of this batch). Episodes are kept in
+    # this order, so any split of the environments over workers lists them identically.
+    episode_ends: list[tuple[int, int]] = field(default_factory=list)
     # Per-environment float64 sums of raw observations and of their squares over the T steps,
     # [N, obs_dim] each: summed in environment order they give the same statistics however the
     # environments were split over workers (merging per-worker means would round differently).
@@ -71,7 +74,8 @@ class Batch:
 
     @staticmethod
     def concat(batches: list["Batch"], arrays: dict[str, np.ndarray] | None = None) -> "Batch":
-        """Join workers' batches along the environment axis, in worker order.
+        """Join workers' batches along the environment axis, in worker order; their episodes in
+        the canonical order (finish step, environment column).
 
         `arrays`: the joined arrays when they already exist (workers wrote their columns of
         shared memory); otherwise they are concatenated here.
@@ -81,10 +85,16 @@ class Batch:
         if arrays is None:
             arrays = {name: np.concatenate([getattr(b, name) for b in batches], axis=1) for name in TIME_MAJOR_FIELDS}
             arrays["bootstrap_value"] = np.concatenate([b.bootstrap_value for b in batches])
+        episodes, first_column = [], 0
+        for b in batches:
+            episodes += [((t, first_column + env), r, n) for (t, env), r, n in zip(b.episode_ends, b.episode_returns, b.episode_lengths)]
+            first_column += b.bootstrap_value.shape[0]
+        episodes.sort(key=lambda episode: episode[0])
         return Batch(
             **arrays,
-            episode_returns=[r for b in batches for r in b.episode_returns],
-            episode_lengths=[n for b in batches for n in b.episode_lengths],
+            episode_returns=[r for _, r, _ in episodes],
+            episode_lengths=[n for _, _, n in episodes],
+            episode_ends=[end for end, _, _ in episodes],
             raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
             policy_versions=[v for b in batches for v in b.policy_versions],
             env_restarts=sum(b.env_restarts for b in batches),
@@ -97,6 +107,7 @@ class Batch:
             **arrays,
             episode_returns=list(self.episode_returns),
             episode_lengths=list(self.episode_lengths),
+            episode_ends=list(self.episode_ends),
             raw_obs_sums=self.raw_obs_sums,
             policy_versions=list(self.policy_versions),
             env_restarts=self.env_restarts,

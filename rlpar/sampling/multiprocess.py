@@ -61,7 +61,8 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):
             if weights is not None:
                 worker.set_weights(weights, version)
             batch = worker.sample(out=out)
-            stats = (batch.episode_returns, batch.episode_lengths, batch.raw_obs_sums, version, batch.env_restarts)
+            stats = (batch.episode_returns, batch.episode_lengths, batch.episode_ends, batch.raw_obs_sums, version,
+                     batch.env_restarts)
             conn.send(("done", stats))
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
@@ -152,10 +153,10 @@ class MultiprocessSampler(WorkerPoolSampler):
         results = []
         for worker, result in self._answers(workers, timeout, "done"):
             if not isinstance(result, WorkerFailure):
-                returns, lengths, moments, version, env_restarts = result
+                returns, lengths, ends, moments, version, env_restarts = result
                 result = Batch(**_columns(self.arrays, self._columns_of(worker)), episode_returns=returns,
-                               episode_lengths=lengths, raw_obs_sums=moments, policy_versions=[version],
-                               env_restarts=env_restarts)
+                               episode_lengths=lengths, episode_ends=ends, raw_obs_sums=moments,
+                               policy_versions=[version], env_restarts=env_restarts)
             results.append((worker, result))
         return results
 

@@ -114,7 +114,7 @@ class RolloutWorker:
         raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         noise = self._draw_noise()
         env_restarts_before = env_restarts(self.venv)
-        returns, lengths = [], []
+        returns, lengths, ends = [], [], []
         normalize = self.policy.normalize
         track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
         for t in range(T):
@@ -135,6 +135,7 @@ class RolloutWorker:
                 for i in np.flatnonzero(done):
                     returns.append(float(self.episode_return[i]))
                     lengths.append(int(self.episode_length[i]))
+                    ends.append((t, int(i)))
                 self.episode_return[done] = 0.0
                 self.episode_length[done] = 0
             self.autoreset_pending = done
@@ -153,6 +154,7 @@ class RolloutWorker:
             bootstrap_value=bootstrap,
             episode_returns=returns,
             episode_lengths=lengths,
+            episode_ends=ends,
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_versions=[self.policy_version],
             env_restarts=env_restarts(self.venv) - env_restarts_before,
