@@ -239,9 +239,11 @@ def test_auto_refuses_a_stale_cluster_file(make_cfg, no_cluster_around):
     assert "nothing answers" in problem and str(no_cluster_around) in problem
 
 
-def test_address_is_not_checked_without_distributed_sampling(make_cfg, no_cluster_around):
-    assert _ray_problems(make_cfg, "parallel=local", "hardware=cluster", f"ray.address={DEAD_ADDRESS}") == []
-    assert _ray_problems(make_cfg, "parallel=multiprocess", "hardware=cluster") == []
+@pytest.mark.parametrize("parallel", ["local", "multiprocess"])
+def test_a_cluster_with_a_sampler_that_uses_no_ray_is_refused(make_cfg, no_cluster_around, parallel):
+    for overrides in (["hardware=cluster"], [f"ray.address={DEAD_ADDRESS}"]):
+        (problem,) = _ray_problems(make_cfg, f"parallel={parallel}", *overrides)
+        assert f"parallel={parallel}" in problem and "uses no Ray" in problem and "hardware=cluster" in problem
 
 
 def test_address_that_is_not_host_and_port_is_refused(make_cfg, no_cluster_around):

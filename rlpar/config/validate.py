@@ -82,6 +82,13 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     c.number("ray.num_cpus", low=0, low_open=True, optional=True)
     if target.endswith("DistributedSampler"):
         _check_ray_address(c)
+    elif c.get("ray.address"):  # silently training locally instead would surprise
+        sampler = target.rsplit(".", 1)[-1] or "this sampler"
+        c.problems.append(
+            f"ray.address: {c.get('ray.address')!r} (hardware=cluster or ray.address) names a Ray cluster, but "
+            f"parallel={_parallel_choice(target)} ({sampler}) uses no Ray; use parallel=distributed, or drop "
+            f"hardware=cluster and ray.address"
+        )
     _check_hardware(c)
     _check_resume(c)
     c.choice("resume_envs", (True, False))
@@ -89,6 +96,13 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     c.number("checkpoint.keep", integer=True, low=1)
     if c.problems:
         raise ConfigError(list(dict.fromkeys(c.problems)))  # an unresolved key is read more than once
+
+
+def _parallel_choice(target: str) -> str:
+    for choice in ("local", "multiprocess", "distributed"):
+        if target.lower().endswith(f"{choice}sampler"):
+            return choice
+    return target
 
 
 def _check_worker_limits(c: _Checker, workers) -> None:
