@@ -19,19 +19,19 @@ def test_save_restore_round_trip(make_cfg, tmp_path):
     for _ in range(3):
         trainer.train()
     path = trainer.save()
-    weights = trainer.learner.get_weights()
-    opt_state = trainer.learner.optimizer.state_dict()
+    weights = trainer.algorithm.get_weights()
+    opt_state = trainer.algorithm.optimizer.state_dict()
     trainer.close()
 
     other = build_trainer(make_cfg(*SMALL, "seed=5", run_dir=tmp_path / "b"))
     other.restore(path)
     assert other.iteration == 3 and other.env_steps == 3 * 256
-    restored = other.learner.get_weights()
+    restored = other.algorithm.get_weights()
     assert restored.keys() == weights.keys()
     for key in weights:
         np.testing.assert_array_equal(restored[key], weights[key])
     for key in ("step", "exp_avg", "exp_avg_sq"):
-        for restored_t, saved_t in zip(other.learner.optimizer.state_dict()[key], opt_state[key]):
+        for restored_t, saved_t in zip(other.algorithm.optimizer.state_dict()[key], opt_state[key]):
             assert torch.equal(restored_t, saved_t), key
     metrics = other.train()
     assert metrics["iteration"] == 4 and metrics["env_steps"] == 4 * 256

@@ -87,7 +87,7 @@ def test_keys_read_from_source_match_the_real_signature(target):
 
 
 @pytest.mark.parametrize("override,problem", [
-    ("+algo.epoch=5", "algo.epoch: unknown key (not taken by rlpar.learning.ppo.PPOLearner); did you mean algo.epochs?"),
+    ("+algo.epoch=5", "algo.epoch: unknown key (not taken by rlpar.algos.ppo.PPO); did you mean algo.epochs?"),
     ("+foo=1", "foo: unknown key (not taken by rlpar's config)"),
     ("+algo.model.hiden_sizes=[8]", "algo.model.hiden_sizes: unknown key (not taken by the model); did you mean algo.model.hidden_sizes?"),
     ("+env.max_steps=9", "env.max_steps: unknown key (not taken by env)"),

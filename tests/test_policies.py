@@ -73,9 +73,9 @@ def test_discrete_actions_respect_space_start():
 
 def test_value_head_padding_never_changes():
     """The critic's last layer is padded to the actor's width; training must leave the padding alone."""
-    from rlpar.learning.ppo import PPOLearner
+    from rlpar.algos.ppo import PPO
 
-    learner = PPOLearner(policy_spec=DISCRETE, total_steps=1, seed=0, minibatch_size=16, epochs=2)
+    learner = PPO(sampler=None, policy_spec=DISCRETE, total_steps=1, seed=0, minibatch_size=16, epochs=2)
     n = 64
     data = dict(
         obs=torch.randn(n, 4),
@@ -86,7 +86,7 @@ def test_value_head_padding_never_changes():
         returns=torch.randn(n),
     )
     before = learner.model.weights[-1].detach().clone()
-    learner._optimise(data)
+    learner.optimise(data)
     after = learner.model.weights[-1].detach()
     assert torch.equal(after[1, :, 1:], before[1, :, 1:])
     assert not torch.equal(after[1, :, 0], before[1, :, 0])

@@ -56,22 +56,22 @@ def test_normalize_zero_mean_unit_std():
 def test_non_finite_updates_are_skipped_counted_and_stop_the_run_when_they_repeat():
     from rlpar.envs.spaces import ActionInfo
     from rlpar.learning.errors import NonFiniteLossError
-    from rlpar.learning.ppo import PPOLearner
+    from rlpar.algos.ppo import PPO
     from rlpar.models.spec import PolicySpec
 
-    learner = PPOLearner(policy_spec=PolicySpec(obs_dim=4, action=ActionInfo(True, 2)), total_steps=1, seed=0,
-                         epochs=1, minibatch_size=8, max_consecutive_nonfinite=3)
+    learner = PPO(sampler=None, policy_spec=PolicySpec(obs_dim=4, action=ActionInfo(True, 2)), total_steps=1, seed=0,
+                  epochs=1, minibatch_size=8, max_consecutive_nonfinite=3)
     n = 8
     good = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), old_logp=torch.full((n,), -0.7),
                 old_values=torch.zeros(n), advantages=torch.randn(n), returns=torch.randn(n))
     bad = {**good, "returns": torch.full((n,), float("nan"))}
     before = [p.detach().clone() for p in learner.parameters]
-    stats = learner._optimise(bad)
+    stats = learner.optimise(bad)
     assert stats["nonfinite_updates"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, learner.parameters))  # weights untouched
-    learner._optimise(good)
-    assert learner.consecutive_nonfinite == 0 and not all(torch.equal(a, b) for a, b in zip(before, learner.parameters))
+    learner.optimise(good)
+    assert learner.step.consecutive_nonfinite == 0 and not all(torch.equal(a, b) for a, b in zip(before, learner.parameters))
     for _ in range(3):
-        learner._optimise(bad)
+        learner.optimise(bad)
     with pytest.raises(NonFiniteLossError, match="non-finite"):
-        learner._optimise(bad)
+        learner.optimise(bad)

@@ -10,8 +10,8 @@ from rlpar.runtime.build import build_trainer
 def first_batch(make_cfg, tmp_path, name, *overrides):
     trainer = build_trainer(make_cfg(*overrides, run_dir=tmp_path / name))
     try:
-        weights = trainer.learner.get_weights()
-        batch = trainer.sampler.sample(weights, trainer.learner.version)
+        algorithm = trainer.algorithm
+        batch = algorithm.sampler.sample(algorithm.get_weights(), algorithm.version)
         batch = batch.copy()
         metrics = trainer.train()
     finally:

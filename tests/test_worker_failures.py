@@ -42,7 +42,7 @@ def test_failing_step_is_a_truncation_at_the_last_good_observation(make_cfg, tmp
     trainer = build_trainer(make_cfg(*FLAKY, "workers=1", "envs_per_worker=1", "algo.rollout_length=64",
                                      "algo.minibatch_size=64", run_dir=tmp_path / "one"))
     try:
-        batch = trainer.sampler.sample(trainer.learner.get_weights(), 0)
+        batch = trainer.algorithm.sampler.sample(trainer.algorithm.get_weights(), 0)
     finally:
         trainer.close()
     # The 30th step raises; autoreset steps after episode ends push it past index 29.

@@ -21,7 +21,7 @@ from rlpar.config.compose import CONF_DIR
 # Arguments rlpar's builder passes itself: set in a config, they would clash with it.
 SUPPLIED_BY_BUILD = {
     "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed"},
-    "algo": {"policy_spec", "total_steps", "seed", "device"},
+    "algo": {"sampler", "policy_spec", "total_steps", "seed", "device"},
     "logger": {"run_dir", "config"},
     "checkpoint": {"run_dir"},
 }

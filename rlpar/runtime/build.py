@@ -51,19 +51,23 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
         rollout_length=algo["rollout_length"],
         seed=container["seed"],
     )
-    learner_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
-    learner = instantiate(learner_cfg, _partial_=True, _convert_="all")(
-        policy_spec=policy_spec,
-        total_steps=container["total_steps"],
-        seed=container["seed"],
-        device=container["hardware"]["device"],
-    )
+    algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
+    try:
+        algorithm = instantiate(algo_cfg, _partial_=True, _convert_="all")(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=container["total_steps"],
+            seed=container["seed"],
+            device=container["hardware"]["device"],
+        )
+    except BaseException:
+        sampler.close()  # its workers and Ray actors must not outlive a failed build
+        raise
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_dir=str(run_dir), config=container)
     checkpointer = instantiate(cfg.checkpoint, _partial_=True, _convert_="all")(run_dir=str(run_dir))
     show = container.get("progress", True) if progress is None else progress
     return Trainer(
-        sampler=sampler,
-        learner=learner,
+        algorithm=algorithm,
         env_spec=env_spec,
         total_steps=container["total_steps"],
         seed=container["seed"],

@@ -1,4 +1,4 @@
-"""The training loop: weights -> sampler -> batch -> learner -> weights, with bookkeeping.
+"""The training loop: the algorithm's training steps, with the bookkeeping they all share.
 
 Usable from Python as well as from `main.py`:
 
@@ -19,16 +19,13 @@ import torch
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats
 from rlpar.runtime.evaluation import evaluate_policy
-from rlpar.sampling.batch import nonfinite_inputs
-from rlpar.sampling.errors import NonFiniteObservationError
 
 
 class Trainer:
     def __init__(
         self,
         *,
-        sampler,
-        learner,
+        algorithm,
         env_spec,
         total_steps: int,
         seed: int,
@@ -37,8 +34,7 @@ class Trainer:
         progress=None,
         return_window: int = 20,
     ):
-        self.sampler = sampler
-        self.learner = learner
+        self.algorithm = algorithm
         self.env_spec = env_spec
         self.total_steps = total_steps
         self.seed = seed
@@ -51,6 +47,11 @@ class Trainer:
         self.wall_time_offset = 0.0  # training time before a restore
         self._clock_start: float | None = None
         self.last_metrics: dict = {}
+
+    @property
+    def sampler(self):
+        """The algorithm's sampler (its workers, for health checks and tests)."""
+        return self.algorithm.sampler
 
     @property
     def done(self) -> bool:
@@ -66,36 +67,24 @@ class Trainer:
         if self._clock_start is None:
             self._clock_start = time.perf_counter()
         start = time.perf_counter()
-        weights = self.learner.get_weights()
-        fetched = time.perf_counter()
-        batch = self.sampler.sample(weights, self.learner.version)
-        sampled = time.perf_counter()
-        problem = nonfinite_inputs(batch)
-        if problem:
-            raise NonFiniteObservationError(f"{problem} in iteration {self.iteration + 1}; check the environment")
-        learn_metrics = self.learner.update(batch)
-        learned = time.perf_counter()
+        step = self.algorithm.training_step()
+        iteration_s = time.perf_counter() - start
 
         self.iteration += 1
-        self.env_steps += batch.num_steps
-        self.episodes.add(batch.episode_returns, batch.episode_lengths)
-        iteration_s = learned - start
-        sampler_metrics = self.sampler.metrics()
-        sampler_metrics["time_weight_sync_s"] = sampler_metrics.get("time_weight_sync_s", 0.0) + fetched - start
+        self.env_steps += step.env_steps
+        self.episodes.add(step.episode_returns, step.episode_lengths)
         metrics = {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time(), 4),
-            "fps": batch.num_steps / iteration_s,
+            "fps": step.env_steps / iteration_s,
             "episodes": self.episodes.episodes,
             "episode_return_mean": self.episodes.mean_return,
             "episode_length_mean": self.episodes.mean_length,
             "episode_return_best_mean": self.episodes.best_mean,
-            "episodes_this_iter": len(batch.episode_returns),
+            "episodes_this_iter": len(step.episode_returns),
             "time_iteration_s": iteration_s,
-            "time_learn_s": learned - sampled,
-            **sampler_metrics,
-            **learn_metrics,
+            **step.metrics,
         }
         self.last_metrics = metrics
         if self.logger is not None:
@@ -122,8 +111,8 @@ class Trainer:
             "env_steps": self.env_steps,
             "wall_time_s": self.wall_time(),
             "episodes": self.episodes.state_dict(),
-            "learner": self.learner.state_dict(),
-            "sampler": self.sampler.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "sampler": self.algorithm.sampler.state_dict(),
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -136,8 +125,8 @@ class Trainer:
         """`environments=False`: weights, optimiser, statistics and counters, with the freshly
         built environments (for environment state this user's key did not sign)."""
         state = path_or_state if isinstance(path_or_state, dict) else load_checkpoint(path_or_state)
-        self.learner.load_state_dict(state["learner"])
-        self.sampler.load_state_dict(state["sampler"], environments=environments)
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.algorithm.sampler.load_state_dict(state["sampler"], environments=environments)
         self.episodes.load_state_dict(state["episodes"])
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
@@ -148,12 +137,12 @@ class Trainer:
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self, num_episodes: int = 10) -> dict:
         return evaluate_policy(
-            self.learner.get_weights(),
-            policy_spec=self.learner.model.spec,
+            self.algorithm.get_weights(),
+            policy_spec=self.algorithm.policy_spec,
             env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + 10_000
         )
 
     def close(self) -> None:
-        self.sampler.close()
+        self.algorithm.close()
         if self.logger is not None:
             self.logger.close()

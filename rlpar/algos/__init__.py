@@ -1,0 +1,1 @@
+"""One readable module per algorithm; each owns its training step (see base.py)."""

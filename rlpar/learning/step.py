@@ -1,0 +1,45 @@
+"""One gradient step that skips, rather than applies, a non-finite loss or gradient."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rlpar.learning.errors import NonFiniteLossError
+from rlpar.learning.optim import clip_grad_norm
+
+
+class GuardedStep:
+    """backward, clip the global norm, step; a NaN/inf gradient skips the step and is counted,
+    and more than `max_consecutive_nonfinite` in a row stop the run (NonFiniteLossError)."""
+
+    def __init__(self, *, parameters: list[torch.Tensor], optimizer, max_grad_norm: float, max_consecutive_nonfinite: int):
+        self.parameters = parameters
+        self.optimizer = optimizer
+        self.max_grad_norm = max_grad_norm
+        self.max_consecutive_nonfinite = max_consecutive_nonfinite
+        self.nonfinite_updates = 0
+        self.consecutive_nonfinite = 0
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
+        if math.isfinite(grad_norm.item()):
+            self.optimizer.step()
+            self.consecutive_nonfinite = 0
+            return
+        self.nonfinite_updates += 1  # a NaN/inf loss or gradient: skip it rather than poison the weights
+        self.consecutive_nonfinite += 1
+        if self.consecutive_nonfinite > self.max_consecutive_nonfinite:
+            raise NonFiniteLossError(
+                f"{self.consecutive_nonfinite} gradient steps in a row had a non-finite loss or gradient "
+                f"({self.nonfinite_updates} in all); stopping. Lower algo.lr or check the environment's rewards."
+            )
+
+
+def linear_schedule(base: float, *, steps_seen: int, total_steps: int, min_fraction: float) -> float:
+    """`base` decayed linearly to `min_fraction * base` over `total_steps`."""
+    progress = min(steps_seen / max(total_steps, 1), 1.0)
+    return base * max(1.0 - progress, min_fraction)
