@@ -5,7 +5,7 @@ import pytest
 from rlpar.config.compose import CONF_DIR
 from rlpar.config.validate import ConfigError, validate_config
 
-GROUPS = ["env", "algo", "parallel", "hardware", "logger"]
+GROUPS = ["env", "algo", "model", "parallel", "hardware", "logger"]
 
 
 def options(group):
@@ -19,6 +19,9 @@ def test_every_group_option_composes(make_cfg, group, option):
         assert key in cfg
     if group == "hardware" and option == "gpu":
         with pytest.raises(ConfigError, match="no CUDA GPU"):
+            validate_config(cfg)
+    elif group == "hardware" and option == "cluster":  # with the default parallel=local
+        with pytest.raises(ConfigError, match="uses no Ray"):
             validate_config(cfg)
     else:
         validate_config(cfg)
@@ -89,7 +92,7 @@ def test_keys_read_from_source_match_the_real_signature(target):
 @pytest.mark.parametrize("override,problem", [
     ("+algo.epoch=5", "algo.epoch: unknown key (not taken by rlpar.algos.ppo.PPO); did you mean algo.epochs?"),
     ("+foo=1", "foo: unknown key (not taken by rlpar's config)"),
-    ("+algo.model.hiden_sizes=[8]", "algo.model.hiden_sizes: unknown key (not taken by the model); did you mean algo.model.hidden_sizes?"),
+    ("+model.hiden_sizes=[8]", "model.hiden_sizes: unknown key (not taken by rlpar.models.spec.PolicySpec); did you mean model.hidden_sizes?"),
     ("+env.max_steps=9", "env.max_steps: unknown key (not taken by env)"),
     ("+ray.adress=x", "ray.adress: unknown key (not taken by ray); did you mean ray.address?"),
     ("+parallel.seed=3", "parallel.seed: unknown key (not taken by rlpar.sampling.local.LocalSampler)"),

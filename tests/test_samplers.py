@@ -88,7 +88,7 @@ def test_multiprocess_close_leaves_no_process_or_shared_memory(make_cfg, tmp_pat
 
 @pytest.mark.parametrize("common", [
     # Observation statistics are summed per environment, so normalised runs stay identical.
-    ("env=pendulum", "algo.rollout_length=64", "algo.model.normalize_obs=true"),
+    ("env=pendulum", "algo.rollout_length=64", "model.normalize_obs=true"),
     # Episodes of many lengths end in one iteration: kept in (finish step, environment) order.
     ("env=cartpole", "seed=3"),
 ])

@@ -24,9 +24,10 @@ SUPPLIED_BY_BUILD = {
     "algo": {"sampler", "policy_spec", "total_steps", "seed", "device"},
     "logger": {"run_dir", "config"},
     "checkpoint": {"run_dir"},
+    "model": {"obs_dim", "action"},
 }
 # Keys of the algo group that describe the sampler and the network, not the learner.
-ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length", "model")
+ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length")
 FREE_FORM = {"env.kwargs", "logger.wandb", "hydra"}  # passed through to code rlpar does not own
 
 
@@ -42,10 +43,17 @@ def keyword_parameters(target: str) -> frozenset[str]:
     if cls is None:
         raise ImportError(f"module '{module_name}' has no class '{class_name}'")
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None and any(_is_dataclass_decorator(d) for d in cls.decorator_list):
+        return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
     names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
     if init is None or init.args.kwarg is not None:
         names |= _base_parameters(tree, cls, module_name)
     return frozenset(names)
+
+
+def _is_dataclass_decorator(node: ast.expr) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    return getattr(target, "id", getattr(target, "attr", None)) == "dataclass"
 
 
 def _base_parameters(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> set[str]:
@@ -89,10 +97,6 @@ def allowed_keys(path: str, node: dict) -> tuple[frozenset[str], str] | None:
         from rlpar.envs.factory import EnvSpec
 
         return frozenset(f.name for f in fields(EnvSpec)), "env"
-    if path == "algo.model":
-        from rlpar.models.spec import PolicySpec
-
-        return frozenset(f.name for f in fields(PolicySpec)) - {"obs_dim", "action"}, "the model"
     if path in ("hardware", "ray"):
         return _group_file_keys("hardware", path), path
     target = node.get("_target_")

@@ -45,4 +45,4 @@ def memory_problem(estimate: dict[str, int], available: int | None = None) -> st
     parts = ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in estimate.items())
     return (f"memory: this run needs about {total / GIB:.1f} GiB ({parts}) but {available / GIB:.1f} GiB is "
             f"available; use fewer environments (workers, envs_per_worker), a shorter algo.rollout_length, "
-            f"smaller algo.model.hidden_sizes, or a smaller observation")
+            f"smaller model.hidden_sizes, or a smaller observation")

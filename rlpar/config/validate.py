@@ -116,20 +116,31 @@ def _check_worker_limits(c: _Checker, workers) -> None:
 
 
 def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
-    c.number("algo.lr", low=0, low_open=True)
-    c.number("algo.gamma", low=0, high=1)
-    c.number("algo.gae_lambda", low=0, high=1)
-    c.number("algo.clip", low=0, high=1, low_open=True, high_open=True)
-    c.number("algo.value_coef", low=0)
-    c.number("algo.entropy_coef", low=0)
-    c.number("algo.max_grad_norm", low=0, low_open=True)
-    c.number("algo.epochs", integer=True, low=1)
-    c.number("algo.reward_scale", low=0, low_open=True)
-    c.number("algo.max_consecutive_nonfinite", integer=True, low=1, optional=True)
-    c.number("algo.target_kl", low=0, low_open=True, optional=True)
-    c.number("algo.value_clip", low=0, low_open=True, optional=True)
+    takes = _learner_keys(c)
+
+    def number(name, **limits):  # a hyper-parameter is checked where the algorithm takes it
+        return c.number(f"algo.{name}", **limits) if takes is None or name in takes else None
+
+    number("lr", low=0, low_open=True)
+    number("gamma", low=0, high=1)
+    number("gae_lambda", low=0, high=1)
+    number("clip", low=0, high=1, low_open=True, high_open=True)
+    number("value_coef", low=0)
+    number("entropy_coef", low=0)
+    number("max_grad_norm", low=0, low_open=True)
+    number("epochs", integer=True, low=1)
+    number("reward_scale", low=0, low_open=True)
+    number("max_consecutive_nonfinite", integer=True, low=1, optional=True)
+    number("target_kl", low=0, low_open=True, optional=True)
+    number("value_clip", low=0, low_open=True, optional=True)
+    number("n_steps", integer=True, low=1, optional=True)
+    number("rmsprop_alpha", low=0, high=1, high_open=True)
+    number("optimizer_eps", low=0, low_open=True)
+    for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam"))):
+        if takes is not None and name in takes:
+            c.choice(f"algo.{name}", options)
     rollout = c.number("algo.rollout_length", integer=True, low=1)
-    minibatch = c.number("algo.minibatch_size", integer=True, low=1)
+    minibatch = number("minibatch_size", integer=True, low=1)
     if None not in (rollout, minibatch, workers, envs_per_worker) and min(rollout, workers, envs_per_worker) >= 1:
         batch = rollout * workers * envs_per_worker
         if minibatch > batch:
@@ -137,12 +148,23 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
                 f"algo.minibatch_size: {minibatch} is larger than the batch "
                 f"(algo.rollout_length {rollout} x workers {workers} x envs_per_worker {envs_per_worker} = {batch})"
             )
-    hidden = c.get("algo.model.hidden_sizes")
-    if "algo.model.hidden_sizes" not in c.unresolved and not _positive_integers(hidden):
-        c.problems.append(f"algo.model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
+    hidden = c.get("model.hidden_sizes")
+    if "model.hidden_sizes" not in c.unresolved and not _positive_integers(hidden):
+        c.problems.append(f"model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
     from rlpar.models.spec import ACTIVATIONS
 
-    c.choice("algo.model.activation", tuple(ACTIVATIONS))
+    c.choice("model.activation", tuple(ACTIVATIONS))
+
+
+def _learner_keys(c: _Checker) -> frozenset[str] | None:
+    """The keywords algo._target_ takes; None where they cannot be read (reported elsewhere)."""
+    from rlpar.config.known_keys import keyword_parameters
+
+    target = c.get("algo._target_")
+    try:
+        return keyword_parameters(target) if isinstance(target, str) else None
+    except (ImportError, SyntaxError, ValueError):
+        return None
 
 
 def _positive_integers(values) -> bool:
@@ -234,7 +256,7 @@ def _memory_problem(c: _Checker, obs_dim: int, action_size: int) -> str | None:
     from rlpar.config.resources import estimated_memory_bytes, memory_problem
 
     numbers = [c.get(k) for k in ("workers", "envs_per_worker", "algo.rollout_length")]
-    hidden = c.get("algo.model.hidden_sizes")
+    hidden = c.get("model.hidden_sizes")
     if not all(isinstance(n, int) and n >= 1 for n in numbers) or not _positive_integers(hidden):
         return None  # reported on their own
     workers, envs_per_worker, rollout = numbers

@@ -20,6 +20,9 @@ class PolicySpec:
     normalize_obs: bool = False
     init_log_std: float = 0.0
 
+    def __post_init__(self):
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))  # a config gives a list
+
     def build(self):
         """The trainable torch module (learner side)."""
         from rlpar.models.actor_critic import ActorCritic

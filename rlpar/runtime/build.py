@@ -18,8 +18,9 @@ from rlpar.runtime.trainer import Trainer
 
 
 
-def probe_policy_spec(env_spec, model_cfg: dict) -> PolicySpec:
-    """Build one environment to read its spaces, and describe the matching network."""
+def probe_policy_spec(env_spec, make_spec) -> PolicySpec:
+    """Build one environment to read its spaces, and describe the matching network
+    (`make_spec`: the model group, instantiated partially)."""
     env = make_env(env_spec)
     try:
         obs_dim = observation_dim(env.observation_space)
@@ -28,9 +29,7 @@ def probe_policy_spec(env_spec, model_cfg: dict) -> PolicySpec:
         raise ConfigError([f"env: {err}"]) from err
     finally:
         env.close()
-    model_cfg = dict(model_cfg)
-    model_cfg["hidden_sizes"] = tuple(model_cfg.get("hidden_sizes", (64, 64)))
-    return PolicySpec(obs_dim=obs_dim, action=action, **model_cfg)
+    return make_spec(obs_dim=obs_dim, action=action)
 
 
 def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
@@ -40,7 +39,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
     torch.set_num_threads(container["hardware"]["torch_threads"])
     env_spec = resolve_env_spec(**container["env"])
     algo = container["algo"]
-    policy_spec = probe_policy_spec(env_spec, algo["model"])
+    policy_spec = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"))
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
     sampler = make_sampler(
