@@ -32,13 +32,15 @@ def test_defaults_are_ppo_cartpole_local_with_tuned_preset(make_cfg):
     assert cfg.env.id == "CartPole-v1"
     assert cfg.algo.name == "ppo"
     assert cfg.parallel._target_.endswith("LocalSampler")
-    assert cfg.algo.rollout_length == 32  # from conf/tuned/ppo_cartpole.yaml, not the baseline 128
+    assert cfg.algo.rollout_length == 32  # from conf/preset/ppo/CartPole-v1.yaml, not the baseline 128
     for knob in ("seed", "total_steps", "workers", "run_dir", "resume"):
         assert knob in cfg
 
 
-def test_baseline_hyperparameters_without_preset(make_cfg):
-    cfg = make_cfg("env.id=Acrobot-v1", "env=acrobot")
+@pytest.mark.parametrize("choice", [["env=acrobot"], ["env.id=Acrobot-v1"]])
+def test_baseline_hyperparameters_without_preset(make_cfg, choice):
+    """Presets follow the environment trained: CartPole's never reaches Acrobot."""
+    cfg = make_cfg(*choice)
     assert (cfg.algo.lr, cfg.algo.gamma, cfg.algo.gae_lambda, cfg.algo.clip) == (3e-4, 0.99, 0.95, 0.2)
     assert (cfg.algo.value_coef, cfg.algo.entropy_coef, cfg.algo.max_grad_norm) == (0.5, 0.01, 0.5)
     assert (cfg.algo.epochs, cfg.algo.minibatch_size) == (10, 64)
@@ -106,3 +108,30 @@ def test_every_component_refuses_keys_it_does_not_take(make_cfg, override, probl
 
 def test_free_form_keys_are_not_checked(make_cfg):
     validate_config(make_cfg("logger=wandb", "+logger.wandb.tags=[a]", "+env.kwargs.sutton_barto_reward=true"))
+
+
+@pytest.mark.parametrize("workers,envs,rollout", [(1, 8, 32), (2, 4, 32), (3, 3, 29), (8, 1, 32), (16, 1, 16), (32, 1, 8)])
+def test_cartpole_preset_keeps_256_steps_per_iteration_for_any_workers(make_cfg, workers, envs, rollout):
+    cfg = make_cfg(f"workers={workers}")
+    assert (cfg.envs_per_worker, cfg.algo.rollout_length) == (envs, rollout)
+
+
+def test_keys_the_user_sets_win_over_the_preset(make_cfg):
+    cfg = make_cfg("algo.lr=0.01", "model.activation=elu", "envs_per_worker=3")
+    assert (cfg.algo.lr, cfg.model.activation, cfg.envs_per_worker) == (0.01, "elu", 3)
+    assert cfg.algo.gamma == 0.98  # the rest of the preset still applies
+    table_row = make_cfg("env=pendulum", "+table_row=local_1env")  # a @package _global_ option sets them
+    assert (table_row.workers, table_row.envs_per_worker) == (1, 1)
+
+
+def test_every_preset_key_is_a_config_key(make_cfg):
+    """A preset key that no config has would be added silently and refused only by validation."""
+    from rlpar.config.presets import PRESET_DIR, flat_keys
+
+    for path in PRESET_DIR.glob("*/*.yaml"):
+        import yaml
+        from omegaconf import OmegaConf
+
+        cfg = make_cfg(f"algo={path.parent.name}", "env.id=null")
+        for key in flat_keys(yaml.safe_load(path.read_text())):
+            assert OmegaConf.select(cfg, key, default="absent", throw_on_resolution_failure=False) != "absent", (path, key)

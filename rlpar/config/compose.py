@@ -11,9 +11,17 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def compose_config(overrides: list[str] | None = None, *, run_dir: str | Path | None = None) -> DictConfig:
-    """The same config `python main.py <overrides>` would build, with `run_dir` made concrete."""
+    """The same config `python main.py <overrides>` would build (its preset included), with
+    `run_dir` made concrete."""
+    from rlpar.config.presets import apply_preset, user_set_keys
+
+    overrides = list(overrides or [])
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides or []))
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        choices = dict(cfg.hydra.runtime.choices)
+        del cfg["hydra"]
+    apply_preset(cfg, user_set_keys(overrides, choices))
     if run_dir is not None:
         with open_dict(cfg):
             cfg.run_dir = str(run_dir)

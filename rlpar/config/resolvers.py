@@ -8,6 +8,19 @@ def ceil_div(total: int, parts: int) -> int:
     return max(1, -(-int(total) // max(int(parts), 1)))
 
 
+def steps_per_env(total_steps: int, *, _root_) -> int:
+    """Rollout length that keeps about `total_steps` per iteration over all environments."""
+    return ceil_div(total_steps, int(_root_.workers) * int(_root_.envs_per_worker))
+
+
+def env_name(env_id, entry_point) -> str:
+    """The environment trained, as a folder name: `CartPole-v1`, or `MyEnv` for `pkg.mod:MyEnv`."""
+    name = env_id or str(entry_point or "env").replace(":", ".").rsplit(".", 1)[-1]
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))
+
+
 def register() -> None:
-    if not OmegaConf.has_resolver("rlpar.ceil_div"):
-        OmegaConf.register_new_resolver("rlpar.ceil_div", ceil_div)
+    for name, resolver in (("rlpar.ceil_div", ceil_div), ("rlpar.steps_per_env", steps_per_env),
+                           ("rlpar.env_name", env_name)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)

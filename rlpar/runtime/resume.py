@@ -55,4 +55,5 @@ def _load_saved_config(path: Path) -> DictConfig:
 def _overridden_keys() -> list[str]:
     if not HydraConfig.initialized():
         return []
-    return [o.split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task]
+    task = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)  # `x=${y}` stays text
+    return [o.split("=", 1)[0].lstrip("+~") for o in task]
