@@ -9,6 +9,7 @@ from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.ppo_loss import value_loss
 from rlpar.runtime.build import probe_policy_spec
+from rlpar.models.spec import PolicySpec
 from rlpar.sampling.rollout import RolloutWorker
 
 GAMMA, GAE_LAMBDA = 0.99, 0.95
@@ -35,7 +36,7 @@ def one_torch_thread():
 def rollout():
     """(policy spec, batch): 4 CartPole environments for 32 steps, episode ends included."""
     env_spec = resolve_env_spec(id="CartPole-v1")
-    policy_spec = probe_policy_spec(env_spec, {})
+    policy_spec = probe_policy_spec(env_spec, PolicySpec)
     worker = RolloutWorker(env_spec=env_spec, policy_spec=policy_spec, num_envs=4, rollout_length=32, seed=0)
     try:
         worker.set_weights(make_ppo(policy_spec).get_weights(), version=0)

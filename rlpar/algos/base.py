@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlpar.sampling.batch import Batch, nonfinite_inputs
+from rlpar.learning.step import GuardedStep, linear_schedule
+from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 
 
@@ -28,7 +29,12 @@ class StepResult:
 
 
 class Algorithm(ABC):
-    """Base of every algorithm: a sampler, a torch model of `policy_spec`, a policy version."""
+    """Base of every algorithm: a sampler, a torch model of `policy_spec`, a policy version.
+    Subclasses set `self.optimizer` (saved and restored by state_dict / load_state_dict)."""
+
+    # What `parallel.sync_mode=auto` and `parallel.max_policy_lag=auto` become for this algorithm.
+    sync_mode = "blocking"
+    max_policy_lag: int | None = 1
 
     def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         torch.manual_seed(seed)
@@ -37,6 +43,7 @@ class Algorithm(ABC):
         self.total_steps = total_steps
         self.device = torch.device(device)
         self.model = policy_spec.build().to(self.device)
+        self.parameters = list(self.model.parameters())
         self.version = 0  # updates so far: the policy version that acting data carries
         self.steps_seen = 0
 
@@ -47,25 +54,70 @@ class Algorithm(ABC):
         """CPU numpy copies: cheap to send to any process and safe to hold across updates."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
-    def sample(self) -> tuple[Batch, dict]:
-        """A batch acted with the current weights (blocking samplers) or recent ones (non-blocking),
-        refused if the environments returned NaN or infinities, and its timings."""
+    def sample(self, *, min_rollouts: int = 1) -> tuple[Batch, dict]:
+        """A batch acted with the current weights (blocking samplers) or recent ones (non-blocking:
+        rounds are taken until `min_rollouts` worker rollouts have arrived), refused if the
+        environments returned NaN or infinities, and its timings."""
         start = time.perf_counter()
         weights = self.get_weights()
         fetched = time.perf_counter()
-        batch = self.sampler.sample(weights, self.version)
+        batches, metrics = [], {}
+        while sum(len(b.policy_versions) for b in batches) < min_rollouts:
+            batches.append(self.sampler.sample(weights, self.version))
+            round_metrics = self.sampler.metrics()
+            metrics = {k: metrics.get(k, 0.0) + v if k.startswith("time_") else v for k, v in round_metrics.items()}
+        batch = Batch.concat(batches)
         problem = nonfinite_inputs(batch)
         if problem:
             raise NonFiniteObservationError(f"{problem}; check the environment")
-        metrics = self.sampler.metrics()
         metrics["time_weight_sync_s"] = metrics.get("time_weight_sync_s", 0.0) + fetched - start
+        if len(batches) > 1:
+            lags = [self.version - v for v in batch.policy_versions]
+            metrics.update(policy_lag_min=min(lags), policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
+                           batches_this_iter=len(lags))
         return batch, metrics
 
-    @abstractmethod
-    def state_dict(self) -> dict: ...
+    def set_optimizer(self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int) -> None:
+        """The optimiser of the model's parameters, and the guarded step that applies it."""
+        self.optimizer = optimizer
+        self.step = GuardedStep(parameters=self.parameters, optimizer=optimizer, max_grad_norm=max_grad_norm,
+                                max_consecutive_nonfinite=max_consecutive_nonfinite)
 
-    @abstractmethod
-    def load_state_dict(self, state: dict) -> None: ...
+    def sample_and_update(self, *, min_rollouts: int = 1) -> StepResult:
+        """The usual iteration: a batch (see `sample`), then `self.update(batch)`, timed as
+        learning; the update's diagnostics join the sampler's metrics."""
+        batch, metrics = self.sample(min_rollouts=min_rollouts)
+        start = time.perf_counter()
+        metrics.update(self.update(batch))
+        metrics["time_learn_s"] = time.perf_counter() - start
+        return StepResult(batch.num_steps, batch.episode_returns, batch.episode_lengths, metrics)
+
+    def finish_update(self, batch: Batch, returns) -> dict:
+        """What ends every on-policy update, after its gradient steps: the observation statistics
+        take in the batch's raw observations, the policy version advances, and the critic's
+        explained variance (of the acting values against the targets) is measured."""
+        moments = raw_obs_moments(batch)
+        if moments is not None:
+            self.model.obs_normalizer.update(*moments)
+        self.version += 1
+        keep = batch.valid.reshape(-1)
+        explained = explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
+        return {"explained_variance": explained, "policy_version": self.version}
+
+    def state_dict(self) -> dict:
+        """Weights, optimiser state and counters; an algorithm with more state extends both."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "steps_seen": self.steps_seen,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.steps_seen = int(state["steps_seen"])
 
     def close(self) -> None:
         self.sampler.close()
@@ -78,8 +130,53 @@ def valid_step_tensors(arrays: dict, valid, device) -> dict:
     return {name: torch.as_tensor(a.reshape((-1,) + a.shape[2:])[keep], device=device) for name, a in arrays.items()}
 
 
+@dataclass
+class LearningRate:
+    """A learning rate, constant or (`anneal`) decayed linearly with env steps to
+    `min_fraction` of itself at `total_steps`; `apply` sets it on a one-group optimiser."""
+
+    base: float
+    anneal: bool = False
+    min_fraction: float = 0.0
+
+    def apply(self, optimizer, *, steps_seen: int, total_steps: int) -> float:
+        lr = self.base
+        if self.anneal:
+            lr = linear_schedule(lr, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction)
+        optimizer.param_groups[0]["lr"] = lr
+        return lr
+
+
+def advantage_inputs(batch: Batch, reward_scale: float) -> dict:
+    """The keyword arguments every advantage estimator (rlpar.learning.gae, nstep) takes from a
+    batch, rewards scaled."""
+    return {
+        "rewards": batch.rewards * reward_scale, "values": batch.values, "bootstrap_value": batch.bootstrap_value,
+        "terminated": batch.terminated, "truncated": batch.truncated, "valid": batch.valid,
+    }
+
+
 def explained_variance(predicted, target) -> float:
     import numpy as np
 
     var = np.var(target)
     return float("nan") if var == 0 else float(1.0 - np.var(target - predicted) / var)
+
+
+def vtrace_inputs(model, batch: Batch, reward_scale: float, device):
+    """The learner's view of a rollout for V-trace: its log-probabilities, entropies and values of
+    every step ([T*N] tensors, with gradients), and the numpy inputs of compute_vtrace, which
+    bootstrap from the learner's own value of each environment's last observation."""
+    T, N = batch.rewards.shape
+    obs = torch.as_tensor(batch.obs.reshape(T * N, -1), device=device)
+    actions = torch.as_tensor(batch.actions.reshape((T * N,) + batch.actions.shape[2:]), device=device)
+    logp, entropy, values = model.evaluate_actions(obs, actions)
+    with torch.no_grad():
+        bootstrap = model.towers(torch.as_tensor(batch.last_obs, device=device))[1]
+    inputs = {
+        "behaviour_logp": batch.logp, "target_logp": logp.detach().cpu().numpy().reshape(T, N),
+        "rewards": batch.rewards * reward_scale, "values": values.detach().cpu().numpy().reshape(T, N),
+        "bootstrap_value": bootstrap.cpu().numpy(), "terminated": batch.terminated,
+        "truncated": batch.truncated, "valid": batch.valid,
+    }
+    return inputs, logp, entropy, values

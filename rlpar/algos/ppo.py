@@ -6,17 +6,13 @@ minibatches -> new weights. Runs on every sampler; `sync_mode=blocking` keeps it
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, StepResult, explained_variance, valid_step_tensors
+from rlpar.algos.base import Algorithm, LearningRate, StepResult, advantage_inputs, valid_step_tensors
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
-from rlpar.learning.step import GuardedStep, linear_schedule
-from rlpar.sampling.batch import raw_obs_moments
 
 
 class PPO(Algorithm):
@@ -46,11 +42,9 @@ class PPO(Algorithm):
         max_consecutive_nonfinite: int = 20,
     ):
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
-        self.parameters = list(self.model.parameters())
-        self.optimizer = LeanAdam(self.parameters, lr=lr, eps=1e-5)
-        self.step = GuardedStep(parameters=self.parameters, optimizer=self.optimizer, max_grad_norm=max_grad_norm,
-                                max_consecutive_nonfinite=max_consecutive_nonfinite)
-        self.base_lr, self.anneal_lr, self.min_lr_fraction = lr, anneal_lr, min_lr_fraction
+        self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
+                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.clip, self.value_clip = clip, value_clip
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
@@ -61,36 +55,19 @@ class PPO(Algorithm):
         self.rng = np.random.default_rng([seed, 2])
 
     def training_step(self) -> StepResult:
-        batch, metrics = self.sample()
-        start = time.perf_counter()
-        metrics.update(self.update(batch))
-        metrics["time_learn_s"] = time.perf_counter() - start
-        return StepResult(batch.num_steps, batch.episode_returns, batch.episode_lengths, metrics)
+        return self.sample_and_update()
 
     def update(self, batch) -> dict:
         """Learn from one on-policy batch; returns the update's diagnostics."""
         self.steps_seen += batch.num_steps
-        lr = self.base_lr
-        if self.anneal_lr:
-            lr = linear_schedule(lr, steps_seen=self.steps_seen, total_steps=self.total_steps,
-                                 min_fraction=self.min_lr_fraction)
-        self.optimizer.param_groups[0]["lr"] = lr
-        advantages, returns = compute_gae(
-            rewards=batch.rewards * self.reward_scale, values=batch.values, bootstrap_value=batch.bootstrap_value,
-            terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
-            gamma=self.gamma, gae_lambda=self.gae_lambda,
-        )
+        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        advantages, returns = compute_gae(**advantage_inputs(batch, self.reward_scale),
+                                          gamma=self.gamma, gae_lambda=self.gae_lambda)
         data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp,
                                    "old_values": batch.values, "advantages": advantages, "returns": returns},
                                   batch.valid, self.device)
         stats = self.optimise(data)
-        moments = raw_obs_moments(batch)
-        if moments is not None:
-            self.model.obs_normalizer.update(*moments)
-        self.version += 1
-        keep = batch.valid.reshape(-1)
-        explained = explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
-        return {**stats, "lr": lr, "explained_variance": explained, "policy_version": self.version}
+        return {**stats, "lr": lr, **self.finish_update(batch, returns)}
 
     def optimise(self, data: dict) -> dict:
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
@@ -145,17 +122,8 @@ class PPO(Algorithm):
         return p_loss.detach(), v_loss.detach(), logp.detach()
 
     def state_dict(self) -> dict:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "version": self.version,
-            "steps_seen": self.steps_seen,
-            "rng": self.rng.bit_generator.state,
-        }
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.version = int(state["version"])
-        self.steps_seen = int(state["steps_seen"])
+        super().load_state_dict(state)
         self.rng.bit_generator.state = state["rng"]

@@ -7,7 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-SYNC_MODES = ("blocking", "non_blocking")
+SYNC_MODES = ("auto", "blocking", "non_blocking")
 
 
 class ConfigError(Exception):
@@ -72,7 +72,8 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     _check_algo(c, workers, envs_per_worker)
     _check_env(c, check_env)
     c.choice("parallel.sync_mode", SYNC_MODES)
-    c.number("parallel.max_policy_lag", integer=True, low=0)
+    if c.get("parallel.max_policy_lag") != "auto":
+        c.number("parallel.max_policy_lag", integer=True, low=0, optional=True)
     _check_worker_limits(c, workers)
     target = str(c.get("parallel._target_") or "")
     if target.endswith("LocalSampler") and c.get("parallel.sync_mode") == "non_blocking":

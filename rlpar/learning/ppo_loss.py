@@ -1,4 +1,4 @@
-"""PPO's loss pieces as small functions, each testable on its own."""
+"""Policy-gradient loss pieces (PPO's, A2C's, IMPALA's) as small functions, each testable on its own."""
 
 from __future__ import annotations
 
@@ -37,3 +37,8 @@ def approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
 
 def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (x - x.mean()) / (x.std() + eps) if x.numel() > 1 else x - x.mean()
+
+
+def policy_gradient_loss(logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """-E[log pi(a|s) * A]: the advantages are constants (no gradient flows into the critic)."""
+    return -(logp * advantages.detach()).mean()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.known_keys import ALGO_KEYS_NOT_FOR_LEARNER
@@ -32,6 +32,17 @@ def probe_policy_spec(env_spec, make_spec) -> PolicySpec:
     return make_spec(obs_dim=obs_dim, action=action)
 
 
+def sampling_defaults(parallel: dict, algo_cls) -> dict:
+    """`auto` sync mode and policy-lag limit: the algorithm's own (IMPALA samples while learning)."""
+    chosen = {}
+    if parallel.get("sync_mode") == "auto":
+        local = str(parallel.get("_target_", "")).endswith("LocalSampler")
+        chosen["sync_mode"] = "blocking" if local else algo_cls.sync_mode
+    if parallel.get("max_policy_lag") == "auto":
+        chosen["max_policy_lag"] = algo_cls.max_policy_lag
+    return chosen
+
+
 def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
     container = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(container["run_dir"])
@@ -42,7 +53,9 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
     policy_spec = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"))
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
+    algo_cls = get_class(algo["_target_"])
     sampler = make_sampler(
+        **sampling_defaults(container["parallel"], algo_cls),
         env_spec=env_spec,
         policy_spec=policy_spec,
         num_workers=container["workers"],

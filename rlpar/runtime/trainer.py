@@ -11,6 +11,7 @@ Usable from Python as well as from `main.py`:
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -19,6 +20,9 @@ import torch
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats
 from rlpar.runtime.evaluation import evaluate_policy
+
+COLLAPSED_STD = 0.02
+log = logging.getLogger("rlpar")
 
 
 class Trainer:
@@ -47,6 +51,7 @@ class Trainer:
         self.wall_time_offset = 0.0  # training time before a restore
         self._clock_start: float | None = None
         self.last_metrics: dict = {}
+        self._collapse_warned = False
 
     @property
     def sampler(self):
@@ -86,7 +91,11 @@ class Trainer:
             "time_iteration_s": iteration_s,
             **step.metrics,
         }
+        if "time_sample_s" in metrics:  # the share of the iteration the learner spent waiting for data
+            waited = metrics["time_sample_s"] + metrics.get("time_transfer_s", 0.0)
+            metrics["learner_wait_fraction"] = min(waited / iteration_s, 1.0)
         self.last_metrics = metrics
+        self._warn_if_exploration_collapsed(metrics)
         if self.logger is not None:
             self.logger.log(metrics)
         if self.progress is not None:
@@ -94,6 +103,17 @@ class Trainer:
         if self.checkpointer is not None and self.checkpointer.due(self.iteration):
             self.save()
         return metrics
+
+    def _warn_if_exploration_collapsed(self, metrics: dict) -> None:
+        """Once: a Gaussian policy whose std collapsed in the first half of training has stopped
+        exploring (MountainCarContinuous: std 0.004, and the agent learns to stand still)."""
+        std = metrics.get("policy_std")
+        if self._collapse_warned or std is None or std >= COLLAPSED_STD or self.env_steps > self.total_steps / 2:
+            return
+        self._collapse_warned = True
+        log.warning("the policy's exploration collapsed early: Gaussian std %.4f (actions scaled to [-1, 1]) after "
+                    "%d of %d env steps; it may have stopped exploring. Raise algo.entropy_coef or "
+                    "model.init_log_std, or normalise rewards (algo.reward_scale)", std, self.env_steps, self.total_steps)
 
     def fit(self, should_stop=lambda: False) -> dict:
         """Train until `total_steps`, then checkpoint; returns the last iteration's metrics.

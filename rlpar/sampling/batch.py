@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 TIME_MAJOR_FIELDS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "valid")
+PER_ENV_FIELDS = ("bootstrap_value", "last_obs", "env_ids")  # [N, ...]: one entry per environment
 
 
 def batch_layout(policy_spec, T: int, N: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -23,6 +24,8 @@ def batch_layout(policy_spec, T: int, N: int) -> dict[str, tuple[tuple[int, ...]
         "truncated": ((T, N), np.bool_),
         "valid": ((T, N), np.bool_),
         "bootstrap_value": ((N,), np.float32),
+        "last_obs": ((N, policy_spec.obs_dim), np.float32),
+        "env_ids": ((N,), np.int64),
     }
 
 
@@ -36,7 +39,10 @@ class Batch:
 
     `obs` are already normalised with the statistics the policy acted with. `valid` is False on
     Gymnasium's autoreset steps, which are not transitions and must not be trained on.
-    `bootstrap_value` is V(observation after the last step), one per environment.
+    `bootstrap_value` is V(observation after the last step), one per environment, as the actor saw
+    it; `last_obs` is that observation (normalised like `obs`), for learners that bootstrap with
+    their own value function (V-trace). `env_ids` are the environments' global indices in the run,
+    the same whichever worker stepped them, so a learner can follow an environment across rollouts.
     """
 
     obs: np.ndarray
@@ -48,6 +54,8 @@ class Batch:
     truncated: np.ndarray
     valid: np.ndarray
     bootstrap_value: np.ndarray
+    last_obs: np.ndarray
+    env_ids: np.ndarray
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     # Where each episode ended: (step, environment column of this batch). Episodes are kept in
@@ -84,7 +92,7 @@ class Batch:
             return batches[0]
         if arrays is None:
             arrays = {name: np.concatenate([getattr(b, name) for b in batches], axis=1) for name in TIME_MAJOR_FIELDS}
-            arrays["bootstrap_value"] = np.concatenate([b.bootstrap_value for b in batches])
+            arrays.update({name: np.concatenate([getattr(b, name) for b in batches]) for name in PER_ENV_FIELDS})
         episodes, first_column = [], 0
         for b in batches:
             episodes += [((t, first_column + env), r, n) for (t, env), r, n in zip(b.episode_ends, b.episode_returns, b.episode_lengths)]
@@ -102,7 +110,7 @@ class Batch:
 
     def copy(self) -> "Batch":
         """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
-        arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, "bootstrap_value")}
+        arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
         return Batch(
             **arrays,
             episode_returns=list(self.episode_returns),

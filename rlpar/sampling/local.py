@@ -22,7 +22,7 @@ class LocalSampler(Sampler):
         rollout_length: int,
         seed: int,
         sync_mode: str = "blocking",
-        max_policy_lag: int = 0,
+        max_policy_lag: int | None = 0,
     ):
         """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
         always on-policy (validation refuses non_blocking)."""

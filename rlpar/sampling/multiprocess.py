@@ -20,7 +20,7 @@ from multiprocessing import connection, shared_memory
 
 import numpy as np
 
-from rlpar.sampling.batch import Batch, batch_layout
+from rlpar.sampling.batch import PER_ENV_FIELDS, Batch, batch_layout
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.rollout import RolloutWorker
@@ -35,7 +35,7 @@ def _attach(names: dict, layout: dict) -> tuple[list, dict[str, np.ndarray]]:
 
 
 def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, np.ndarray]:
-    return {k: (v[cols] if k == "bootstrap_value" else v[:, cols]) for k, v in arrays.items()}
+    return {k: (v[cols] if k in PER_ENV_FIELDS else v[:, cols]) for k, v in arrays.items()}
 
 
 def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):

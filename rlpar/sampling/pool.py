@@ -6,7 +6,7 @@ exactly as if one process had stepped them all).
 
 `sync_mode=non_blocking`: every live worker always has a request in flight, so sampling continues
 while the learner updates. A round takes whatever batches are ready, drops those whose policy
-version lags the learner's by more than `max_policy_lag`, and immediately hands each returning
+version lags the learner's by more than `max_policy_lag` (None: none), and immediately hands each returning
 worker the newest weights.
 
 Failures: a worker that dies, raises, or does not answer within `sample_timeout_s` is stopped and
@@ -44,7 +44,7 @@ class WorkerPoolSampler(Sampler):
         rollout_length: int,
         seed: int,
         sync_mode: str = "blocking",
-        max_policy_lag: int = 1,
+        max_policy_lag: int | None = 1,
         max_worker_restarts: int = 100,
         sample_timeout_s: float = 60.0,
         start_timeout_s: float = 300.0,
@@ -236,7 +236,7 @@ class WorkerPoolSampler(Sampler):
             if accepted or not self.in_flight:
                 break
             for worker, batch in self._collect():
-                if version - batch.policy_version > self.max_policy_lag:
+                if self.max_policy_lag is not None and version - batch.policy_version > self.max_policy_lag:
                     self.dropped_batches += 1
                 else:
                     accepted.append((worker, self._own(batch)))

@@ -33,6 +33,7 @@ class RolloutWorker:
     ):
         """`generation` counts replacements of this worker: a replacement draws new seeds."""
         self.num_envs = num_envs
+        self.first_env_index = first_env_index
         self.rollout_length = rollout_length
         self.policy_spec = policy_spec
         self.policy = NumpyPolicy(policy_spec)
@@ -140,8 +141,10 @@ class RolloutWorker:
                 self.episode_length[done] = 0
             self.autoreset_pending = done
             self.raw_obs = self.flatten(raw_next)
-        bootstrap = bufs["bootstrap_value"]
-        bootstrap[:] = self.policy.value(normalize(self.raw_obs))
+        last_obs, bootstrap, env_ids = bufs["last_obs"], bufs["bootstrap_value"], bufs["env_ids"]
+        last_obs[:] = normalize(self.raw_obs)
+        bootstrap[:] = self.policy.value(last_obs)
+        env_ids[:] = np.arange(self.first_env_index, self.first_env_index + N)
         return Batch(
             obs=obs_buf,
             actions=actions_buf,
@@ -152,6 +155,8 @@ class RolloutWorker:
             truncated=trunc_buf,
             valid=valid_buf,
             bootstrap_value=bootstrap,
+            last_obs=last_obs,
+            env_ids=env_ids,
             episode_returns=returns,
             episode_lengths=lengths,
             episode_ends=ends,

@@ -1,0 +1,146 @@
+"""APPO: IMPALA's asynchronous actors with PPO's clipped objective on V-trace advantages.
+
+One iteration: take the rollouts that have arrived -> V-trace targets and advantages computed
+with a *target network* (a copy of the policy refreshed every `target_update_every` gradient
+steps) -> the batch joins a small circular buffer, where each batch is trained on
+`reuse_per_batch` times (one pass of minibatches per use) before it is dropped -> new weights.
+The surrogate's ratio is the current policy over the one that acted, clipped as in PPO; an
+optional KL penalty keeps the policy near the target network.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+
+import numpy as np
+import torch
+
+from rlpar.algos.base import Algorithm, LearningRate, StepResult, valid_step_tensors, vtrace_inputs
+from rlpar.learning.optim import LeanAdam
+from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
+from rlpar.learning.vtrace import compute_vtrace
+
+
+class APPO(Algorithm):
+    sync_mode = "non_blocking"
+    max_policy_lag = None
+
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        lr: float = 5e-4,
+        anneal_lr: bool = False,
+        min_lr_fraction: float = 0.0,
+        gamma: float = 0.99,
+        vtrace_lambda: float = 1.0,
+        clip_rho_threshold: float = 1.0,
+        clip_c_threshold: float = 1.0,
+        clip: float = 0.2,
+        kl_coef: float = 0.0,
+        value_coef: float = 0.5,
+        entropy_coef: float = 0.0,
+        max_grad_norm: float = 0.5,
+        minibatch_size: int = 512,
+        normalize_advantages: bool = True,
+        reuse_per_batch: int = 2,
+        buffer_batches: int = 4,
+        target_update_every: int = 4,
+        batches_per_update: int = 1,
+        reward_scale: float = 1.0,
+        max_consecutive_nonfinite: int = 20,
+    ):
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
+        self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
+                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.vtrace = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
+                           clip_c_threshold=clip_c_threshold)
+        self.clip, self.kl_coef = clip, kl_coef
+        self.value_coef, self.entropy_coef = value_coef, entropy_coef
+        self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
+        self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
+        self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
+        self.batches_per_update = batches_per_update
+        self.reward_scale = reward_scale
+        self.gradient_steps = 0
+        self.rng = np.random.default_rng([seed, 3])
+
+    def training_step(self) -> StepResult:
+        return self.sample_and_update(min_rollouts=self.batches_per_update)
+
+    def update(self, batch) -> dict:
+        self.steps_seen += batch.num_steps
+        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        with torch.no_grad():  # targets from the target network, computed once per batch
+            inputs, target_logp, _, _ = vtrace_inputs(self.target_model, batch, self.reward_scale, self.device)
+        vs, advantages = compute_vtrace(**inputs, **self.vtrace)
+        data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "behaviour_logp": batch.logp,
+                                   "target_logp": inputs["target_logp"], "advantages": advantages, "returns": vs},
+                                  batch.valid, self.device)
+        self.buffer.append([data, self.reuse_per_batch])
+        stats = []
+        for entry in list(self.buffer):  # one pass over every batch still in use, newest included
+            stats += self.train_on(entry[0])
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.buffer.remove(entry)
+        losses = torch.stack(stats).mean(0).tolist()
+        return {
+            "loss_policy": losses[0], "loss_value": losses[1], "loss_entropy": losses[2], "approx_kl": losses[3],
+            "clip_fraction": losses[4], "lr": lr, "gradient_steps": len(stats), "buffered_batches": len(self.buffer),
+            "nonfinite_updates": self.step.nonfinite_updates, **self.finish_update(batch, vs),
+        }
+
+    def train_on(self, data: dict) -> list[torch.Tensor]:
+        """One pass of shuffled minibatches; the target network follows every few steps."""
+        size = len(data["obs"])
+        mb = min(self.minibatch_size, size)
+        order = torch.from_numpy(self.rng.permutation(size))
+        stats = []
+        for start in range(0, size - mb + 1, mb):
+            part = {k: v[order[start : start + mb]] for k, v in data.items()}
+            stats.append(self.gradient_step(**part))
+            self.gradient_steps += 1
+            if self.gradient_steps % self.target_update_every == 0:
+                self.target_model.load_state_dict(self.model.state_dict())
+        return stats
+
+    def gradient_step(self, obs, actions, behaviour_logp, target_logp, advantages, returns) -> torch.Tensor:
+        logp, entropy, values = self.model.evaluate_actions(obs, actions)
+        if self.normalize_advantages:
+            advantages = normalize(advantages)
+        p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
+        v_loss = value_loss(values, returns, None, None)
+        entropy = entropy.mean()
+        kl = approx_kl(logp, target_logp) if self.kl_coef == 0 else _kl_with_grad(logp, target_logp)
+        loss = p_loss + self.value_coef * v_loss - self.entropy_coef * entropy + self.kl_coef * kl
+        self.step(loss)
+        return torch.stack((p_loss, v_loss, entropy, kl, clip_fraction(logp, behaviour_logp, self.clip))).detach()
+
+    def state_dict(self) -> dict:
+        """Model, optimiser and counters, the target network and the buffer (a resumed local run
+        continues exactly)."""
+        return {**super().state_dict(), "target_model": self.target_model.state_dict(),
+                "buffer": [{"data": data, "uses_left": uses} for data, uses in self.buffer],
+                "gradient_steps": self.gradient_steps, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.target_model.load_state_dict(state["target_model"])
+        self.buffer.clear()
+        self.buffer.extend([entry["data"], int(entry["uses_left"])] for entry in state["buffer"])
+        self.gradient_steps = int(state["gradient_steps"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+def _kl_with_grad(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:
+    """KL(target || current) estimated on the sampled actions (k3), differentiable in `logp`."""
+    log_ratio = logp - target_logp
+    return ((log_ratio.exp() - 1.0) - log_ratio).mean()

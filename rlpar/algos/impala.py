@@ -1,0 +1,77 @@
+"""IMPALA (Espeholt et al. 2018): actors sample on with stale weights; V-trace corrects for it.
+
+One iteration: take the rollouts that have arrived (at least `batches_per_update`) -> evaluate
+them with the learner's current policy and values -> V-trace targets and policy-gradient
+advantages, bootstrapped from the learner's own value of each rollout's last observation -> one
+gradient step -> new weights, which returning actors pick up at once. Actors never wait for the
+learner (`sync_mode` non_blocking by default); the lag between the policy that acted and the one
+that learns is reported every iteration and, unlike PPO's, not capped (`max_policy_lag` null).
+In `parallel=local` it is synchronous, with lag 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlpar.algos.base import Algorithm, LearningRate, StepResult, vtrace_inputs
+from rlpar.learning.optim import LeanAdam
+from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
+from rlpar.learning.vtrace import compute_vtrace
+
+
+class IMPALA(Algorithm):
+    sync_mode = "non_blocking"
+    max_policy_lag = None
+
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        lr: float = 5e-4,
+        anneal_lr: bool = False,
+        min_lr_fraction: float = 0.0,
+        gamma: float = 0.99,
+        vtrace_lambda: float = 1.0,
+        clip_rho_threshold: float = 1.0,
+        clip_c_threshold: float = 1.0,
+        value_coef: float = 0.5,
+        entropy_coef: float = 0.01,
+        max_grad_norm: float = 40.0,
+        batches_per_update: int = 1,
+        reward_scale: float = 1.0,
+        max_consecutive_nonfinite: int = 20,
+    ):
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
+        self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
+                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.vtrace = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
+                           clip_c_threshold=clip_c_threshold)
+        self.value_coef, self.entropy_coef = value_coef, entropy_coef
+        self.batches_per_update = batches_per_update
+        self.reward_scale = reward_scale
+
+    def training_step(self) -> StepResult:
+        return self.sample_and_update(min_rollouts=self.batches_per_update)
+
+    def update(self, batch) -> dict:
+        self.steps_seen += batch.num_steps
+        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        inputs, logp, entropy, values = vtrace_inputs(self.model, batch, self.reward_scale, self.device)
+        vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
+        keep = torch.as_tensor(batch.valid.reshape(-1), device=self.device)
+        as_flat = lambda a: torch.as_tensor(a.reshape(-1), dtype=torch.float32, device=self.device)[keep]
+        p_loss = policy_gradient_loss(logp[keep], as_flat(pg_advantages))
+        v_loss = value_loss(values[keep], as_flat(vs), None, None)
+        entropy = entropy[keep].mean()
+        self.step(p_loss + self.value_coef * v_loss - self.entropy_coef * entropy)
+        loss_policy, loss_value, loss_entropy = torch.stack((p_loss, v_loss, entropy)).detach().tolist()
+        return {
+            "loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy, "lr": lr,
+            "gradient_steps": 1, "nonfinite_updates": self.step.nonfinite_updates,
+            **self.finish_update(batch, vs),
+        }
