@@ -2,35 +2,44 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import signal
-import sys
-import threading
-from pathlib import Path
+from rlpar.runtime import interrupts
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+if __name__ == "__main__":  # before any other import: Ctrl-C or SIGTERM during them exits 130 at once
+    interrupts.exit_at_once_on_signals()
 
-from rlpar.config.overrides import override_problems
-from rlpar.config.validate import ConfigError, first_line, validate_config
-from rlpar.runtime import run_lock
-from rlpar.runtime.errors import TRAINING_STOPS
-from rlpar.runtime.resume import config_for_resume
+import importlib  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
 
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-def _sigterm_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
+from rlpar.config.overrides import override_problems  # noqa: E402
+from rlpar.config.presets import apply_preset, user_set_keys  # noqa: E402
+from rlpar.config.validate import ConfigError, first_line, validate_config  # noqa: E402
+from rlpar.runtime import run_lock  # noqa: E402
+from rlpar.runtime.errors import TRAINING_STOPS  # noqa: E402
+from rlpar.runtime.resume import config_for_resume  # noqa: E402
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # same clean stop as Ctrl-C
+    interrupts.stop_on_signals()  # SIGTERM: the same clean stop as Ctrl-C
     hydra_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        cfg = config_for_resume(cfg)
+        preset = None
+        if cfg.get("resume"):
+            cfg = config_for_resume(cfg)  # the run's own config: its preset was applied when it started
+        else:
+            hydra = HydraConfig.get()
+            overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
+            preset = apply_preset(cfg, user_set_keys(overrides, dict(hydra.runtime.choices)))
         validate_config(cfg)  # every problem at once, before anything slow is imported or started
+        if preset:
+            print(preset, flush=True)
         run_lock.acquire(cfg.run_dir)  # before Ray boots: a second run on this directory is refused at once
         _load_rlpar_while_ray_starts(cfg)
         from rlpar.runtime.run import run
@@ -42,7 +51,7 @@ def main(cfg: DictConfig) -> float | None:
         print(f"rlpar: {err}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        sys.exit(130)
+        _exit_interrupted()
     except TRAINING_STOPS as err:
         print(f"rlpar: training stopped: {err}", file=sys.stderr)
         sys.exit(3)
@@ -51,8 +60,23 @@ def main(cfg: DictConfig) -> float | None:
         print(f"rlpar: training failed: {type(err).__name__}: {first_line(err)}{where}", file=sys.stderr)
         sys.exit(3)
     finally:
+        interrupts.stop_under_way()  # however it ends, nothing cuts the clean-up short
+        _stop_private_ray()
         _remove_if_empty(hydra_dir)
     return final.get("episode_return_mean")
+
+
+def _exit_interrupted() -> None:
+    interrupts.stop_under_way()  # first: from here on signals are only noted
+    print("rlpar: interrupted", file=sys.stderr, flush=True)
+    sys.exit(interrupts.INTERRUPTED_EXIT_CODE)
+
+
+def _stop_private_ray() -> None:
+    """The private Ray instance and all its processes, also when a signal came before any
+    sampler adopted it (a no-op when none runs)."""
+    if "rlpar.runtime.ray_runtime" in sys.modules:
+        sys.modules["rlpar.runtime.ray_runtime"].stop_private_instance()
 
 
 def _refuse(problems: list[str]) -> None:
@@ -87,4 +111,13 @@ def _load_rlpar_while_ray_starts(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     if problems := override_problems(sys.argv[1:]):  # Hydra would answer with a traceback
         _refuse(problems)
-    main()
+    try:
+        main()
+        if interrupts.interrupted():  # a signal during the final clean-up, which it did not cut short
+            _exit_interrupted()
+    except KeyboardInterrupt:  # one raised outside main()'s own handling: in Hydra, or main()'s last lines
+        interrupts.stop_under_way()
+        _stop_private_ray()
+        _exit_interrupted()
+    finally:
+        interrupts.ignore_signals()

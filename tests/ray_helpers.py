@@ -59,7 +59,12 @@ def connected_cluster(nodes: int = 2, cpus_per_node: float = 1):
     """A ClusterProcess with this process connected to it as the driver; both stopped at exit."""
     import ray
 
+    from rlpar.runtime.ray_runtime import require_token_auth
+
     cluster = ClusterProcess(nodes=nodes, cpus_per_node=cpus_per_node)
+    # The cluster requires Ray's auth token; this driver sends it from here on (so does every Ray
+    # instance rlpar starts in the rest of the session: the same mode for all).
+    require_token_auth(create_token=False)
     try:
         ray.init(
             address=cluster.address,

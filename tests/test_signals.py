@@ -94,6 +94,8 @@ def _distributed_run(tmp_path: Path) -> subprocess.Popen:
         [sys.executable, "main.py", "parallel=distributed", "workers=2", "total_steps=100000000",
          "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A background job of a non-interactive shell ignores SIGINT, and main.py keeps it so.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -160,3 +162,81 @@ def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans
         assert not list(tmp_path.glob("checkpoints/*.pt"))  # nothing trained, nothing to keep
     finally:
         _stop(proc)
+
+
+# -- any number of signals at any moment: exit 130 with one line, nothing of Ray's left ----------
+def _moment_reached(moment: str, proc, tmp_path: Path, started: float, family: dict) -> bool:
+    family.update(descendants_of(proc.pid))
+    if moment == "start-up":  # Python, Hydra and rlpar importing; nothing started yet
+        return time.monotonic() - started > 0.3
+    if moment == "ray-boot":  # Ray's node processes are up, ray.init has not returned
+        return any("gcs_server" in command for command in family.values())
+    metrics = tmp_path / "metrics.jsonl"
+    return metrics.exists() and metrics.read_text().count("\n") >= 2
+
+
+@pytest.mark.parametrize(
+    ("moment", "spacing_s", "sig"),
+    [
+        ("start-up", 0.05, signal.SIGINT),
+        ("ray-boot", 0.25, signal.SIGINT),
+        ("training", 0.05, signal.SIGINT),
+        ("training", 0.25, signal.SIGINT),  # the second lands in the final checkpoint or Ray's shutdown
+        ("training", 0.5, signal.SIGINT),
+        ("training", 0.25, signal.SIGTERM),
+    ],
+    ids=lambda value: value.name if isinstance(value, signal.Signals) else str(value),
+)
+def test_two_signals_at_any_moment_exit_130_and_leave_no_ray_process(tmp_path, adopted_orphans, moment, spacing_s, sig):
+    """A second Ctrl-C 0.2-0.3 s after the first used to cut Ray's shutdown short: exit 1, no
+    message, Ray's agents left running. (benchmarks/interrupts.py runs ten of these.)"""
+    started = time.monotonic()
+    proc = _distributed_run(tmp_path)
+    try:
+        family: dict = {}
+        wait_until(lambda: _moment_reached(moment, proc, tmp_path, started, family), proc, 180, moment)
+        first = time.monotonic()
+        proc.send_signal(sig)
+        time.sleep(spacing_s)
+        family.update(descendants_of(proc.pid))
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        assert time.monotonic() - first < 10
+        assert proc.returncode == 130
+        stderr = proc.stderr.read()
+        assert "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith("rlpar: interrupted"), stderr
+
+        def left() -> dict[int, str]:
+            return {**still_running(family), **still_running(adopted_orphans())}
+
+        deadline = time.monotonic() + 15
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left(), f"processes left behind: {left()}"
+    finally:
+        _stop(proc)
+
+
+def test_stopping_a_private_instance_sweeps_only_its_own_processes():
+    """The sweep after ray.shutdown() takes the instance's processes, never the caller's other
+    children (here: this test process's own, as a notebook's or a test's would be)."""
+    from rlpar.runtime.ray_runtime import RayConnection
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    connection = RayConnection(address=None, num_cpus=1, object_store_mb=100)
+    try:
+        import ray
+
+        assert os.environ["RAY_AUTH_MODE"] == "token"  # every instance rlpar starts requires the token
+        ray_family = {key: command for key, command in descendants_of(os.getpid()).items() if key[0] != bystander.pid}
+        assert any("raylet" in command for command in ray_family.values())
+        assert ray.get(ray.remote(lambda: 1).remote()) == 1
+    finally:
+        connection.shutdown()
+    try:
+        assert not still_running(ray_family), still_running(ray_family)
+        assert running(bystander.pid)
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -7,6 +7,12 @@ interrupted (Ctrl-C / SIGTERM). Train on it with
 `python main.py parallel=distributed hardware=cluster ray.address=127.0.0.1:PORT`.
 `ray start` on one machine advertises the machine's external address; this does not.
 
+The cluster requires Ray's auth token (RAY_AUTH_MODE=token): a client without it is refused.
+The token is RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token
+(made, readable by this user only, if missing); a line `auth=...` says which. rlpar, run by the
+same user, sends it by itself; another Ray client sets RAY_AUTH_MODE=token and, elsewhere or as
+another user, RAY_AUTH_TOKEN to the token's text.
+
 To watch a run survive a lost node and grow onto a new one, type on its standard input:
 `remove` (a worker node goes away, with its env runners) and `add` (a node joins);
 each answers with a line `removed=NODE_ID` / `added=NODE_ID` (or `error=...`).
@@ -19,6 +25,8 @@ import os
 import signal
 import sys
 
+from rlpar.runtime.ray_runtime import require_token_auth, token_source
+
 
 def node_args(cpus_per_node: float, object_store_mb: int) -> dict:
     return dict(num_cpus=cpus_per_node, object_store_memory=object_store_mb * 1024 * 1024)
@@ -27,6 +35,8 @@ def node_args(cpus_per_node: float, object_store_mb: int) -> dict:
 def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100):
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on 127.0.0.1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
+    # Cluster starts its nodes with the environment's mode, which is no authentication unless set.
+    require_token_auth(create_token=True)
     from ray.cluster_utils import Cluster
 
     args = node_args(cpus_per_node, object_store_mb)
@@ -69,6 +79,8 @@ def main() -> None:
     args = parser.parse_args()
     cluster = start_cluster(args.nodes, args.cpus_per_node, args.object_store_mb)
     signal.signal(signal.SIGTERM, _interrupt)
+    print(f"auth=token from {token_source()} (clients: RAY_AUTH_MODE=token, and this token unless "
+          f"they read the same)", flush=True)
     print(f"address={cluster.address}", flush=True)
     try:
         serve_commands(cluster, node_args(args.cpus_per_node, args.object_store_mb), sys.stdin)

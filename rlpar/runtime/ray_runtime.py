@@ -8,10 +8,14 @@ started with `ray start`; rlpar then ships its own package to the workers (`py_m
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import rlpar
-from rlpar.runtime.interrupts import HeldInterrupts
+from rlpar.runtime.interrupts import HeldInterrupts, shielded
 
 PACKAGE_DIR = Path(rlpar.__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -49,8 +53,56 @@ def _prepare_environment(on_loopback: bool) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
+def default_token_file() -> Path:
+    """Where Ray reads a token when no variable names one, and where it writes a new one."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def token_source() -> str | None:
+    """Where a Ray process started now would read its auth token from (Ray's order), or None."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    for path in filter(None, (os.environ.get("RAY_AUTH_TOKEN_PATH"), str(default_token_file()))):
+        if Path(path).is_file() and Path(path).read_text().strip():
+            return path
+    return None
+
+
+def require_token_auth(*, create_token: bool) -> str:
+    """Token authentication for every Ray instance rlpar starts, also where a user's environment
+    says RAY_AUTH_MODE=disabled: without it any local user (any host, were a port reachable)
+    can run code as this one. Ray's nodes, workers and this driver read the mode from the
+    environment; the token comes from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token,
+    made there (readable by this user only) when `create_token` and none exists. Returns where."""
+    _set_auth_mode("token")
+    if token_source() is None and create_token:
+        from ray._private.authentication.authentication_token_setup import generate_and_save_token
+
+        generate_and_save_token()
+        default_token_file().chmod(0o600)  # Ray writes it with the default umask
+    return token_source() or "nowhere (set RAY_AUTH_TOKEN)"
+
+
+def _set_auth_mode(mode: str) -> None:
+    os.environ["RAY_AUTH_MODE"] = mode
+    if "ray" in sys.modules:  # Ray caches its settings, RAY_AUTH_MODE included, once read
+        from ray._raylet import Config
+
+        Config.initialize("")
+
+
+def _token_auth_when_joining() -> None:
+    """Joining a cluster at an explicit address, Ray sends no token unless RAY_AUTH_MODE=token
+    (it turns token mode on by itself only for the cluster it finds with `auto`). rlpar's
+    local_cluster and `ray start` clusters of this user require one: with a token of this user's
+    at hand and no mode chosen, send it (a cluster without authentication ignores it)."""
+    if "RAY_AUTH_MODE" not in os.environ and token_source() is not None:
+        _set_auth_mode("token")
+
+
 def _start_private_instance(num_cpus: float | None, object_store_mb: int, namespace: str) -> None:
     _prepare_environment(on_loopback=True)
+    require_token_auth(create_token=True)
     # Idle workers Ray would prestart for the driver compete with start-up on small machines
     # (ray.init 2.0 s instead of 2.8-3.7 s here); env runners start their own workers anyway.
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
@@ -61,6 +113,7 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
 
     _ray_init(
         ray,
+        private=True,
         # "local": always a new instance. With no address, ray.init joins RAY_ADDRESS or the
         # cluster last started on this machine (ray/ray_current_cluster) and, given num_cpus,
         # fails ("When connecting to an existing cluster, num_cpus ... must not be provided").
@@ -75,24 +128,182 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
     )
 
 
-def _ray_init(ray, **kwargs) -> None:
+def _ray_init(ray, *, private: bool, **kwargs) -> None:
     """ray.init, with Ctrl-C and SIGTERM held until it returns, then handled as before it.
 
     - Interrupted inside ray.init, the processes Ray has started so far are known to nobody:
       raylet and GCS die with the driver, but the raylet's agents (ray::DashboardAgent,
       ray::RuntimeEnvAgent) were left running for good. Held, the interrupt comes once Ray is
-      up: it is shut down, then KeyboardInterrupt raised.
-    - ray.init replaces the SIGTERM handler (main.py's, which turns SIGTERM into Ctrl-C) with
-      its own, which exits at once: no final checkpoint. Handlers that raise KeyboardInterrupt
-      are put back; a default SIGTERM is left to Ray's handler, which cleans up."""
-    with HeldInterrupts("\nrlpar: stopping once Ray has started (a few seconds)") as interrupts:
-        ray.init(**kwargs)
+      up (and, for a private instance, its processes are noted): it is shut down, then
+      KeyboardInterrupt raised.
+    - Starting a private instance, a second signal stops at once: ray.init takes 4-7 s here,
+      over 10 s on a loaded machine. What it had started is frozen and killed.
+    - Where Python code handles SIGTERM (main.py's handler), it keeps doing so: see
+      `_python_keeps_sigterm`. A default SIGTERM is left to Ray's handler, which cleans up."""
+    earlier = _descendants() if private else set()
+    interrupts = HeldInterrupts(
+        "\nrlpar: stopping once Ray has started (a few seconds; interrupt again to stop at once)"
+        if private else "\nrlpar: stopping once connected to Ray",
+        second_stops_at_once=private,
+    )
+    try:
+        with interrupts:
+            with _python_keeps_sigterm(ray):
+                ray.init(**kwargs)
+            if private:
+                _state["private_instance"] = PrivateInstance(ray)
+    except KeyboardInterrupt:
+        if interrupts.forced:
+            _state["private_instance"] = None
+            with shielded():
+                _kill_started_since(earlier)
+        raise
     if interrupts.requested:
-        ray.shutdown()
+        if private:
+            stop_private_instance()
+        else:
+            ray.shutdown()
         raise KeyboardInterrupt
 
 
-_state = {"private_instance_pending": False}
+def _descendants() -> set[tuple[int, float]]:
+    import psutil
+
+    return {key for process in psutil.Process().children(recursive=True) if (key := _identity(process))}
+
+
+def _identity(process) -> tuple[int, float] | None:
+    """(pid, start time): a pid alone may have been reused by another process."""
+    import psutil
+
+    try:
+        return process.pid, process.create_time()
+    except psutil.Error:
+        return None
+
+
+def _kill_started_since(earlier: set) -> None:
+    """Kill every descendant of this process that `earlier` does not hold: those ray.init
+    started. Frozen first (SIGSTOP), round after round until no new one shows: a frozen process
+    starts nothing, and none dies to leave its children to init, out of sight."""
+    import psutil
+
+    me, frozen = psutil.Process(), {}
+    for _ in range(50):
+        new = [p for p in me.children(recursive=True) if _identity(p) not in earlier | frozen.keys()]
+        if not new:
+            break
+        for process in new:
+            try:
+                process.suspend()
+                frozen[_identity(process)] = process
+            except psutil.Error:  # gone already
+                pass
+    for process in frozen.values():
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+@contextmanager
+def _python_keeps_sigterm(ray):
+    """While ray.init runs, keep Ray off SIGTERM if Python code handles it. Ray would:
+    - replace the handler with its own, which exits at once (code 15, no final checkpoint, and
+      inside ray.init Ray's processes left behind);
+    - have the driver's core worker install a C++ crash handler on SIGTERM, which ray.shutdown()
+      replaces with the default action: a SIGTERM during or after the shutdown then killed the
+      driver outright (-15), before its clean-up. (The driver loses the C++ stack dump on a
+      crash; Ray's own processes and workers keep theirs.)"""
+    if not callable(signal.getsignal(signal.SIGTERM)):
+        yield
+        return
+    utils, constants = ray._private.utils, ray._private.ray_constants
+    saved = utils.set_sigterm_handler, constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+    utils.set_sigterm_handler = lambda handler: None
+    constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read when the core worker is made
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler, constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved
+
+
+class PrivateInstance:
+    """The processes of the Ray instance rlpar started, so that none outlives the run.
+
+    ray.shutdown() stops the node processes Ray launched (GCS, raylet, dashboard, monitors) but
+    not, if the raylet goes first, the raylet's agents and workers: they were seen orphaned
+    after a run. Only this instance's processes are swept, known by descent from the processes
+    Ray launched for it; never "every child of this process" (a test's or a notebook's own)."""
+
+    def __init__(self, ray):
+        import psutil
+
+        self.ray = ray
+        self.psutil = psutil
+        self.processes: dict[tuple[int, float], object] = {}  # (pid, start time) -> psutil.Process
+        self.note_processes()
+
+    def note_processes(self) -> None:
+        """Add the instance's processes alive now (env runners start after ray.init)."""
+        node = self.ray._private.worker._global_node  # the node ray.init started in this driver
+        infos = getattr(node, "all_processes", {}).values() if node is not None else []
+        for info in (info for per_type in infos for info in per_type):
+            pid = getattr(getattr(info, "process", None), "pid", None)
+            try:
+                root = self.psutil.Process(pid) if pid else None
+                family = [root, *root.children(recursive=True)] if root else []
+            except self.psutil.Error:  # gone meanwhile
+                continue
+            for process in family:
+                try:
+                    self.processes.setdefault((process.pid, process.create_time()), process)
+                except self.psutil.Error:
+                    pass
+
+    def stop(self, *, grace_s: float = 1.0) -> None:
+        """ray.shutdown(), then SIGTERM and, after `grace_s`, SIGKILL for any of the instance's
+        processes still running (psutil checks each is still the same process, not a reused pid)."""
+        with shielded():  # a second Ctrl-C here left Ray half shut down
+            self.note_processes()
+            if self.ray.is_initialized():
+                self.ray.shutdown()
+            alive = self._wait(list(self.processes.values()), grace_s)
+            for signal_name in ("terminate", "kill"):
+                for process in alive:
+                    try:
+                        getattr(process, signal_name)()
+                    except self.psutil.Error:
+                        pass
+                alive = self._wait(alive, grace_s)
+
+    def _wait(self, processes: list, timeout_s: float) -> list:
+        """Those of `processes` still running after up to `timeout_s`. A zombie counts as gone: it
+        has exited, and an orphan's is reaped by init, whenever init gets to it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = [process for process in processes if self._running(process)]
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.05)
+
+    def _running(self, process) -> bool:
+        try:
+            return process.is_running() and process.status() != self.psutil.STATUS_ZOMBIE
+        except self.psutil.Error:
+            return False
+
+
+_state: dict = {"private_instance_pending": False, "private_instance": None}
+
+
+def stop_private_instance() -> None:
+    """Stop the private instance rlpar started in this process, if one runs: main.py calls this
+    however the run ends, also when interrupted before a RayConnection adopted the instance."""
+    instance, _state["private_instance"] = _state["private_instance"], None
+    _state["private_instance_pending"] = False
+    if instance is not None:
+        instance.stop()
 
 
 def start_private_instance_early(*, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar") -> None:
@@ -121,9 +332,11 @@ class RayConnection:
         if ray.is_initialized():
             return
         if address:
+            _token_auth_when_joining()
             loopback = {"_node_ip_address": "127.0.0.1"} if on_loopback else {}
             _ray_init(
                 ray,
+                private=False,
                 address=address,
                 runtime_env={"py_modules": [str(PACKAGE_DIR)]},
                 namespace=namespace,
@@ -136,6 +349,9 @@ class RayConnection:
         self.started_here = True
 
     def shutdown(self) -> None:
-        if self.started_here and self.ray.is_initialized():
+        """Stop the private instance, processes and all; only disconnect from a user's cluster."""
+        if self.started_here and _state["private_instance"] is not None:
+            stop_private_instance()
+        elif self.started_here and self.ray.is_initialized():
             self.ray.shutdown()
         self.started_here = False

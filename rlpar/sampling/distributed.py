@@ -53,8 +53,12 @@ class DistributedSampler(WorkerPoolSampler):
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
         ray = self.ray = self.connection.ray
         # Spread over the nodes; a replacement goes wherever capacity exists, and one that finds
-        # none waits, without holding up training, until a node joins.
-        self.runner_cls = ray.remote(EnvRunner).options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD")
+        # none waits, without holding up training, until a node joins. No task events: the GCS
+        # keeps up to 100,000 of them (RAY_task_events_max_num_task_in_gcs), and at hundreds of
+        # sample() calls a second they grew its memory by ~50 MB a minute (docs/benchmarks.md, Soak).
+        self.runner_cls = ray.remote(EnvRunner).options(
+            num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", enable_task_events=False
+        )
         self.runners: list = [None] * self.num_workers
         self.locations: list[tuple[str, int] | None] = [None] * self.num_workers
         self.location_refs: dict = {}  # object ref -> starting worker
