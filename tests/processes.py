@@ -1,6 +1,7 @@
 """What tests know of processes, read from /proc: who descends from whom, who still runs."""
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -62,3 +63,9 @@ def wait_until(condition, proc, timeout: float, what: str, poll_s: float = 0.05)
             raise AssertionError(f"exited with {proc.returncode} before {what}: {stderr}")
         assert time.monotonic() < deadline, f"no {what} after {timeout} s"
         time.sleep(poll_s)
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child the test will Ctrl-C: a test run started as a background job of a
+    non-interactive shell has SIGINT ignored, and children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlpar.runtime.checkpoint import CheckpointError, latest_valid_checkpoint, list_checkpoints, load_checkpoint
-from tests.processes import wait_until
+from tests.processes import default_sigint, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_PER_ITERATION = 8 * 32  # default config: 8 environments x rollout 32
@@ -76,7 +76,7 @@ def uninterrupted(tmp_path_factory) -> list[dict]:
 def start_and_wait_between_checkpoints(run_dir: Path) -> subprocess.Popen:
     """A CONFIG run, once it has logged 10+ rows, two iterations past its newest checkpoint: the
     next one is not due for three more iterations (~75 ms unloaded), ample for a signal to land."""
-    proc = subprocess.Popen(cli(*CONFIG, run_dir=run_dir), cwd=ROOT,
+    proc = subprocess.Popen(cli(*CONFIG, run_dir=run_dir), cwd=ROOT, preexec_fn=default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
     try:

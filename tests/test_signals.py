@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import cmdline, descendants_of, running, stat, still_running, wait_until
+from tests.processes import cmdline, default_sigint, descendants_of, running, stat, still_running, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def _distributed_run(tmp_path: Path) -> subprocess.Popen:
          "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         # A background job of a non-interactive shell ignores SIGINT, and main.py keeps it so.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_sigint,
     )
 
 
@@ -224,12 +224,13 @@ def test_stopping_a_private_instance_sweeps_only_its_own_processes():
     from rlpar.runtime.ray_runtime import RayConnection
 
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    before = descendants_of(os.getpid())  # the bystander, and e.g. multiprocessing's resource tracker
     connection = RayConnection(address=None, num_cpus=1, object_store_mb=100)
     try:
         import ray
 
         assert os.environ["RAY_AUTH_MODE"] == "token"  # every instance rlpar starts requires the token
-        ray_family = {key: command for key, command in descendants_of(os.getpid()).items() if key[0] != bystander.pid}
+        ray_family = {key: command for key, command in descendants_of(os.getpid()).items() if key not in before}
         assert any("raylet" in command for command in ray_family.values())
         assert ray.get(ray.remote(lambda: 1).remote()) == 1
     finally:
