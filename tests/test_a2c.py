@@ -9,13 +9,11 @@ import torch
 
 from rlpar.algos.a2c import A2C
 from rlpar.learning.ppo_loss import policy_gradient_loss
-from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.optim import LeanAdam
-from rlpar.models.spec import PolicySpec
-from rlpar.runtime.build import build_trainer, probe_policy_spec
-from rlpar.sampling.rollout import RolloutWorker
+from rlpar.runtime.build import build_trainer
+from tests.rollouts import cartpole_rollout
 
 GAMMA = 0.99
 
@@ -37,16 +35,7 @@ def make_a2c(policy_spec, **options):
 @pytest.fixture(scope="module")
 def rollout():
     """(policy spec, batch): 4 CartPole environments for 32 steps, episode ends included."""
-    env_spec = resolve_env_spec(id="CartPole-v1")
-    policy_spec = probe_policy_spec(env_spec, PolicySpec)
-    worker = RolloutWorker(env_spec=env_spec, policy_spec=policy_spec, num_envs=4, rollout_length=32, seed=0)
-    try:
-        worker.set_weights(make_a2c(policy_spec).get_weights(), version=0)
-        batch = worker.sample()
-    finally:
-        worker.close()
-    assert batch.terminated.any() and not batch.valid.all()
-    return policy_spec, batch
+    return cartpole_rollout(make_a2c)
 
 
 def test_policy_gradient_loss_on_hand_values():

@@ -5,12 +5,9 @@ import pytest
 import torch
 
 from rlpar.algos.ppo import PPO
-from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.ppo_loss import value_loss
-from rlpar.runtime.build import probe_policy_spec
-from rlpar.models.spec import PolicySpec
-from rlpar.sampling.rollout import RolloutWorker
+from tests.rollouts import cartpole_rollout
 
 GAMMA, GAE_LAMBDA = 0.99, 0.95
 WHOLE_BATCH = 10_000  # minibatch_size above the batch size: one gradient step per epoch
@@ -35,16 +32,7 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def rollout():
     """(policy spec, batch): 4 CartPole environments for 32 steps, episode ends included."""
-    env_spec = resolve_env_spec(id="CartPole-v1")
-    policy_spec = probe_policy_spec(env_spec, PolicySpec)
-    worker = RolloutWorker(env_spec=env_spec, policy_spec=policy_spec, num_envs=4, rollout_length=32, seed=0)
-    try:
-        worker.set_weights(make_ppo(policy_spec).get_weights(), version=0)
-        batch = worker.sample()
-    finally:
-        worker.close()
-    assert batch.terminated.any() and not batch.valid.all()
-    return policy_spec, batch
+    return cartpole_rollout(make_ppo)
 
 
 def initial_value_loss(batch, reward_scale=1.0):

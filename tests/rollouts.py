@@ -1,0 +1,20 @@
+"""A real CartPole rollout for learner tests: 4 environments for 32 steps, episode ends included."""
+
+from rlpar.envs.factory import resolve_env_spec
+from rlpar.models.spec import PolicySpec
+from rlpar.runtime.build import probe_policy_spec
+from rlpar.sampling.rollout import RolloutWorker
+
+
+def cartpole_rollout(make_algorithm):
+    """(policy spec, batch), acted with the initial weights of `make_algorithm(policy_spec)`."""
+    policy_spec = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), PolicySpec)
+    worker = RolloutWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=policy_spec, num_envs=4,
+                           rollout_length=32, seed=0)
+    try:
+        worker.set_weights(make_algorithm(policy_spec).get_weights(), version=0)
+        batch = worker.sample()
+    finally:
+        worker.close()
+    assert batch.terminated.any() and not batch.valid.all()
+    return policy_spec, batch
