@@ -50,7 +50,8 @@ class A2C(Algorithm):
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
         if optimizer == "rmsprop":
-            # Constructing a torch.optim optimiser imports torch._dynamo (1-2 s of start-up here).
+            # torch.optim: constructing it imports torch._dynamo (0.8-0.9 s of start-up here), and
+            # its step costs ~80 us against LeanAdam's ~17 us (an A2C update: ~0.7 ms against ~0.6).
             chosen = torch.optim.RMSprop(self.parameters, lr=lr, alpha=rmsprop_alpha, eps=optimizer_eps)
         else:
             chosen = LeanAdam(self.parameters, lr=lr, eps=optimizer_eps)
