@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from rlpar.learning.step import GuardedStep, linear_schedule
@@ -157,8 +158,6 @@ def advantage_inputs(batch: Batch, reward_scale: float) -> dict:
 
 
 def explained_variance(predicted, target) -> float:
-    import numpy as np
-
     var = np.var(target)
     return float("nan") if var == 0 else float(1.0 - np.var(target - predicted) / var)
 
@@ -174,9 +173,8 @@ def vtrace_inputs(model, batch: Batch, reward_scale: float, device):
     with torch.no_grad():
         bootstrap = model.towers(torch.as_tensor(batch.last_obs, device=device))[1]
     inputs = {
+        **advantage_inputs(batch, reward_scale),
+        "values": values.detach().cpu().numpy().reshape(T, N), "bootstrap_value": bootstrap.cpu().numpy(),
         "behaviour_logp": batch.logp, "target_logp": logp.detach().cpu().numpy().reshape(T, N),
-        "rewards": batch.rewards * reward_scale, "values": values.detach().cpu().numpy().reshape(T, N),
-        "bootstrap_value": bootstrap.cpu().numpy(), "terminated": batch.terminated,
-        "truncated": batch.truncated, "valid": batch.valid,
     }
     return inputs, logp, entropy, values

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from rlpar.algos.base import Algorithm, LearningRate, StepResult, vtrace_inputs
+from rlpar.algos.base import Algorithm, LearningRate, StepResult, valid_step_tensors, vtrace_inputs
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.vtrace import compute_vtrace
@@ -64,9 +64,9 @@ class IMPALA(Algorithm):
         inputs, logp, entropy, values = vtrace_inputs(self.model, batch, self.reward_scale, self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
         keep = torch.as_tensor(batch.valid.reshape(-1), device=self.device)
-        as_flat = lambda a: torch.as_tensor(a.reshape(-1), dtype=torch.float32, device=self.device)[keep]
-        p_loss = policy_gradient_loss(logp[keep], as_flat(pg_advantages))
-        v_loss = value_loss(values[keep], as_flat(vs), None, None)
+        targets = valid_step_tensors({"pg_advantages": pg_advantages, "vs": vs}, batch.valid, self.device)
+        p_loss = policy_gradient_loss(logp[keep], targets["pg_advantages"])
+        v_loss = value_loss(values[keep], targets["vs"], None, None)
         entropy = entropy[keep].mean()
         self.step(p_loss + self.value_coef * v_loss - self.entropy_coef * entropy)
         loss_policy, loss_value, loss_entropy = torch.stack((p_loss, v_loss, entropy)).detach().tolist()
