@@ -8,7 +8,7 @@ from rlpar.sampling.rollout import RolloutWorker
 
 def cartpole_rollout(make_algorithm):
     """(policy spec, batch), acted with the initial weights of `make_algorithm(policy_spec)`."""
-    policy_spec = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), PolicySpec)
+    policy_spec, _ = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), PolicySpec, normalize_obs=False)
     worker = RolloutWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=policy_spec, num_envs=4,
                            rollout_length=32, seed=0)
     try:

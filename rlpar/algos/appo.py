@@ -53,9 +53,11 @@ class APPO(Algorithm):
         target_update_every: int = 4,
         batches_per_update: int = 1,
         reward_scale: float = 1.0,
+        normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
     ):
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
+                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
@@ -68,7 +70,6 @@ class APPO(Algorithm):
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
-        self.reward_scale = reward_scale
         self.gradient_steps = 0
         self.rng = np.random.default_rng([seed, 3])
 
@@ -79,7 +80,7 @@ class APPO(Algorithm):
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         with torch.no_grad():  # targets from the target network, computed once per batch
-            inputs, target_logp, _, _ = vtrace_inputs(self.target_model, batch, self.reward_scale, self.device)
+            inputs, target_logp, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
         vs, advantages = compute_vtrace(**inputs, **self.vtrace)
         data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "behaviour_logp": batch.logp,
                                    "target_logp": inputs["target_logp"], "advantages": advantages, "returns": vs},

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.step import GuardedStep, linear_schedule
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
@@ -30,14 +31,16 @@ class StepResult:
 
 
 class Algorithm(ABC):
-    """Base of every algorithm: a sampler, a torch model of `policy_spec`, a policy version.
-    Subclasses set `self.optimizer` (saved and restored by state_dict / load_state_dict)."""
+    """Base of every algorithm: a sampler, a torch model of `policy_spec`, a policy version, and
+    the rewards its losses see (`learning_rewards`). Subclasses set `self.optimizer` (saved and
+    restored by state_dict / load_state_dict)."""
 
     # What `parallel.sync_mode=auto` and `parallel.max_policy_lag=auto` become for this algorithm.
     sync_mode = "blocking"
     max_policy_lag: int | None = 1
 
-    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", gamma: float,
+                 reward_scale: float = 1.0, normalize_rewards: bool = False):
         torch.manual_seed(seed)
         self.sampler = sampler
         self.policy_spec = policy_spec
@@ -47,6 +50,8 @@ class Algorithm(ABC):
         self.parameters = list(self.model.parameters())
         self.version = 0  # updates so far: the policy version that acting data carries
         self.steps_seen = 0
+        self.reward_scale = reward_scale
+        self.reward_normalizer = RewardNormalizer(gamma=gamma, enabled=normalize_rewards)
 
     @abstractmethod
     def training_step(self) -> StepResult: ...
@@ -77,6 +82,14 @@ class Algorithm(ABC):
             metrics.update(policy_lag_min=min(lags), policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
                            batches_this_iter=len(lags))
         return batch, metrics
+
+    def learning_rewards(self, batch: Batch) -> np.ndarray:
+        """The rewards the losses see: divided by the running return's standard deviation
+        (`normalize_rewards`), times `reward_scale`. Call once per arriving batch: it advances
+        the running statistics. Logged returns stay raw."""
+        rewards = self.reward_normalizer(batch.rewards, env_ids=batch.env_ids, terminated=batch.terminated,
+                                         truncated=batch.truncated, valid=batch.valid)
+        return rewards * np.float32(self.reward_scale)
 
     def set_optimizer(self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int) -> None:
         """The optimiser of the model's parameters, and the guarded step that applies it."""
@@ -112,6 +125,7 @@ class Algorithm(ABC):
             "optimizer": self.optimizer.state_dict(),
             "version": self.version,
             "steps_seen": self.steps_seen,
+            "reward_normalizer": self.reward_normalizer.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -119,6 +133,8 @@ class Algorithm(ABC):
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.steps_seen = int(state["steps_seen"])
+        if "reward_normalizer" in state:  # absent from checkpoints written before it existed
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
 
     def close(self) -> None:
         self.sampler.close()
@@ -148,11 +164,11 @@ class LearningRate:
         return lr
 
 
-def advantage_inputs(batch: Batch, reward_scale: float) -> dict:
+def advantage_inputs(batch: Batch, rewards: np.ndarray) -> dict:
     """The keyword arguments every advantage estimator (rlpar.learning.gae, nstep) takes from a
-    batch, rewards scaled."""
+    batch, with the rewards the losses see (`Algorithm.learning_rewards`)."""
     return {
-        "rewards": batch.rewards * reward_scale, "values": batch.values, "bootstrap_value": batch.bootstrap_value,
+        "rewards": rewards, "values": batch.values, "bootstrap_value": batch.bootstrap_value,
         "terminated": batch.terminated, "truncated": batch.truncated, "valid": batch.valid,
     }
 
@@ -162,7 +178,7 @@ def explained_variance(predicted, target) -> float:
     return float("nan") if var == 0 else float(1.0 - np.var(target - predicted) / var)
 
 
-def vtrace_inputs(model, batch: Batch, reward_scale: float, device):
+def vtrace_inputs(model, batch: Batch, rewards: np.ndarray, device):
     """The learner's view of a rollout for V-trace: its log-probabilities, entropies and values of
     every step ([T*N] tensors, with gradients), and the numpy inputs of compute_vtrace, which
     bootstrap from the learner's own value of each environment's last observation."""
@@ -173,7 +189,7 @@ def vtrace_inputs(model, batch: Batch, reward_scale: float, device):
     with torch.no_grad():
         bootstrap = model.towers(torch.as_tensor(batch.last_obs, device=device))[1]
     inputs = {
-        **advantage_inputs(batch, reward_scale),
+        **advantage_inputs(batch, rewards),
         "values": values.detach().cpu().numpy().reshape(T, N), "bootstrap_value": bootstrap.cpu().numpy(),
         "behaviour_logp": batch.logp, "target_logp": logp.detach().cpu().numpy().reshape(T, N),
     }

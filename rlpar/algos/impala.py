@@ -43,9 +43,11 @@ class IMPALA(Algorithm):
         max_grad_norm: float = 40.0,
         batches_per_update: int = 1,
         reward_scale: float = 1.0,
+        normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
     ):
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
+                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
@@ -53,7 +55,6 @@ class IMPALA(Algorithm):
                            clip_c_threshold=clip_c_threshold)
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.batches_per_update = batches_per_update
-        self.reward_scale = reward_scale
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)
@@ -61,7 +62,7 @@ class IMPALA(Algorithm):
     def update(self, batch) -> dict:
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
-        inputs, logp, entropy, values = vtrace_inputs(self.model, batch, self.reward_scale, self.device)
+        inputs, logp, entropy, values = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
         keep = torch.as_tensor(batch.valid.reshape(-1), device=self.device)
         targets = valid_step_tensors({"pg_advantages": pg_advantages, "vs": vs}, batch.valid, self.device)

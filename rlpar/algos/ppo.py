@@ -39,9 +39,11 @@ class PPO(Algorithm):
         min_lr_fraction: float = 0.0,
         target_kl: float | None = None,
         reward_scale: float = 1.0,
+        normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
     ):
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
+                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
@@ -51,7 +53,6 @@ class PPO(Algorithm):
         self.epochs, self.minibatch_size = epochs, minibatch_size
         self.normalize_advantages = normalize_advantages
         self.target_kl = target_kl
-        self.reward_scale = reward_scale
         self.rng = np.random.default_rng([seed, 2])
 
     def training_step(self) -> StepResult:
@@ -61,7 +62,7 @@ class PPO(Algorithm):
         """Learn from one on-policy batch; returns the update's diagnostics."""
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
-        advantages, returns = compute_gae(**advantage_inputs(batch, self.reward_scale),
+        advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
         data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp,
                                    "old_values": batch.values, "advantages": advantages, "returns": returns},

@@ -137,7 +137,8 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     number("n_steps", integer=True, low=1, optional=True)
     number("rmsprop_alpha", low=0, high=1, high_open=True)
     number("optimizer_eps", low=0, low_open=True)
-    for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam"))):
+    for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
+                          ("normalize_rewards", ("auto", True, False))):
         if takes is not None and name in takes:
             c.choice(f"algo.{name}", options)
     rollout = c.number("algo.rollout_length", integer=True, low=1)
@@ -155,6 +156,7 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     from rlpar.models.spec import ACTIVATIONS
 
     c.choice("model.activation", tuple(ACTIVATIONS))
+    c.choice("model.normalize_obs", ("auto", True, False))
 
 
 def _learner_keys(c: _Checker) -> frozenset[str] | None:

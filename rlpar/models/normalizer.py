@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlpar.learning.moments import merge_moments
+
 
 class ObservationNormalizer(nn.Module):
     """Running mean/variance of raw observations (identity statistics when disabled).
@@ -25,11 +27,8 @@ class ObservationNormalizer(nn.Module):
         """Merge a batch's moments (parallel-variance formula)."""
         if not self.enabled or batch_count == 0:
             return
-        mean, var, count = self.mean.numpy(), self.var.numpy(), float(self.count)
-        delta = batch_mean - mean
-        total = count + batch_count
-        new_mean = mean + delta * batch_count / total
-        m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
-        self.mean.copy_(torch.from_numpy(new_mean))
-        self.var.copy_(torch.from_numpy(m2 / total))
-        self.count.fill_(total)
+        mean, var, count = merge_moments(self.mean.numpy(), self.var.numpy(), float(self.count),
+                                         batch_mean, batch_var, batch_count)
+        self.mean.copy_(torch.from_numpy(mean))
+        self.var.copy_(torch.from_numpy(var))
+        self.count.fill_(count)

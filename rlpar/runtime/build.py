@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium as gym
 import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -18,18 +19,21 @@ from rlpar.runtime.trainer import Trainer
 
 
 
-def probe_policy_spec(env_spec, make_spec) -> PolicySpec:
+def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str = "auto") -> tuple[PolicySpec, bool]:
     """Build one environment to read its spaces, and describe the matching network
-    (`make_spec`: the model group, instantiated partially)."""
+    (`make_spec`: the model group, instantiated partially). Also says whether the observations
+    are a Box: `auto` normalisation (of observations here, of rewards in the algorithm) is on
+    exactly then, as in every strong continuous-control PPO."""
     env = make_env(env_spec)
     try:
         obs_dim = observation_dim(env.observation_space)
         action = describe_action_space(env.action_space)
+        box = isinstance(env.observation_space, gym.spaces.Box)
     except TypeError as err:
         raise ConfigError([f"env: {err}"]) from err
     finally:
         env.close()
-    return make_spec(obs_dim=obs_dim, action=action)
+    return make_spec(obs_dim=obs_dim, action=action, normalize_obs=box if normalize_obs == "auto" else normalize_obs), box
 
 
 def sampling_defaults(parallel: dict, algo_cls) -> dict:
@@ -50,7 +54,8 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
     torch.set_num_threads(container["hardware"]["torch_threads"])
     env_spec = resolve_env_spec(**container["env"])
     algo = container["algo"]
-    policy_spec = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"))
+    policy_spec, box_observations = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"),
+                                                      normalize_obs=container["model"].get("normalize_obs", "auto"))
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
     algo_cls = get_class(algo["_target_"])
@@ -64,6 +69,8 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
         seed=container["seed"],
     )
     algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
+    if algo_cfg.get("normalize_rewards") == "auto":
+        algo_cfg.normalize_rewards = box_observations
     try:
         algorithm = instantiate(algo_cfg, _partial_=True, _convert_="all")(
             sampler=sampler,
