@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from rlpar.config.overrides import override_problems  # noqa: E402
 from rlpar.config.presets import apply_preset, user_set_keys  # noqa: E402
-from rlpar.config.validate import ConfigError, first_line, validate_config  # noqa: E402
+from rlpar.config.validate import ConfigError, validate_config  # noqa: E402
+from rlpar.errors import first_line  # noqa: E402
 from rlpar.runtime import run_lock  # noqa: E402
 from rlpar.runtime.errors import TRAINING_STOPS  # noqa: E402
 from rlpar.runtime.resume import config_for_resume  # noqa: E402
@@ -75,8 +76,8 @@ def _exit_interrupted() -> None:
 def _stop_private_ray() -> None:
     """The private Ray instance and all its processes, also when a signal came before any
     sampler adopted it (a no-op when none runs)."""
-    if "rlpar.runtime.ray_runtime" in sys.modules:
-        sys.modules["rlpar.runtime.ray_runtime"].stop_private_instance()
+    if "rlpar.cluster.connection" in sys.modules:
+        sys.modules["rlpar.cluster.connection"].stop_private_instance()
 
 
 def _refuse(problems: list[str]) -> None:
@@ -100,7 +101,7 @@ def _load_rlpar_while_ray_starts(cfg: DictConfig) -> None:
     """For a private Ray instance: import torch and the trainer in a thread while Ray boots."""
     if not str(cfg.parallel.get("_target_", "")).endswith("DistributedSampler") or cfg.ray.address:
         return
-    from rlpar.runtime.ray_runtime import start_private_instance_early
+    from rlpar.cluster.connection import start_private_instance_early
 
     loader = threading.Thread(target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True)
     loader.start()

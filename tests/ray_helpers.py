@@ -14,7 +14,7 @@ class ClusterProcess:
     def __init__(self, nodes: int = 2, cpus_per_node: float = 1, timeout: float = 120):
         env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlpar.runtime.local_cluster", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node)],
+            [sys.executable, "-m", "rlpar.cluster.local_cluster", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -59,7 +59,7 @@ def connected_cluster(nodes: int = 2, cpus_per_node: float = 1):
     """A ClusterProcess with this process connected to it as the driver; both stopped at exit."""
     import ray
 
-    from rlpar.runtime.ray_runtime import require_token_auth
+    from rlpar.cluster.connection import require_token_auth
 
     cluster = ClusterProcess(nodes=nodes, cpus_per_node=cpus_per_node)
     # The cluster requires Ray's auth token; this driver sends it from here on (so does every Ray

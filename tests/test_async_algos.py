@@ -34,7 +34,7 @@ def test_impala_actors_sample_ahead_of_the_learner(make_cfg, tmp_path):
         trainer.close()
     assert max(r["policy_lag_max"] for r in rows) >= 1  # the actors did act with stale weights
     assert all(r["dropped_batches"] == 0 for r in rows)
-    assert all(0.0 <= r["learner_wait_fraction"] <= 1.0 for r in rows)
+    assert all(0.0 <= r["learner_wait_fraction"] <= 1.0 and 0.0 <= r["actor_idle_fraction"] < 1.0 for r in rows)
 
 
 def test_ppo_stays_blocking_and_on_policy_by_default(make_cfg, tmp_path):

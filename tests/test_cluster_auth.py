@@ -62,7 +62,7 @@ def test_a_client_with_the_token_runs_tasks(cluster):
 
 def test_rlpar_sends_this_users_token_by_itself(cluster):
     """No RAY_AUTH_MODE set: rlpar, joining an explicit address, turns token mode on."""
-    script = ("import sys; from rlpar.runtime.ray_runtime import RayConnection; "
+    script = ("import sys; from rlpar.cluster.connection import RayConnection; "
               "c = RayConnection(address=sys.argv[1], num_cpus=None, object_store_mb=100); "
               "import ray; print('ran', ray.get(ray.remote(num_cpus=0)(lambda: 1).remote(), timeout=60)); c.shutdown()")
     env = {key: value for key, value in os.environ.items() if key != "RAY_AUTH_MODE"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlpar.config.compose import CONF_DIR
+from rlpar.config.conf_dir import CONF_DIR
 from rlpar.config.validate import ConfigError, validate_config
 
 GROUPS = ["env", "algo", "model", "parallel", "hardware", "logger"]

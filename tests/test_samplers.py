@@ -102,3 +102,23 @@ def test_multiprocess_matches_local_iteration_after_iteration(make_cfg, tmp_path
             trainer.close()
     keys = ("env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value")
     assert [{k: r[k] for k in keys} for r in rows["local"]] == [{k: r[k] for k in keys} for r in rows["mp"]]
+
+
+@pytest.mark.parametrize("parallel", ["local", "multiprocess"])
+def test_actor_idle_time_is_the_time_between_requests(make_cfg, tmp_path, parallel):
+    import time
+
+    trainer = build_trainer(make_cfg(f"parallel={parallel}", "workers=2", "envs_per_worker=2", run_dir=tmp_path / parallel))
+    try:
+        algorithm = trainer.algorithm
+        sample = lambda: algorithm.sampler.sample(algorithm.get_weights(), algorithm.version)  # noqa: E731
+        first = sample()
+        time.sleep(0.25)
+        second = sample()
+        idle_fraction = trainer.train()["actor_idle_fraction"]
+    finally:
+        trainer.close()
+    workers = 1 if parallel == "local" else 2  # local: one worker steps every environment
+    assert first.actor_idle_s == 0.0 and first.actor_busy_s > 0.0
+    assert 0.25 * workers <= second.actor_idle_s < 2.0 * workers
+    assert 0.0 < idle_fraction < 1.0

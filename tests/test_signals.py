@@ -221,7 +221,7 @@ def test_two_signals_at_any_moment_exit_130_and_leave_no_ray_process(tmp_path, a
 def test_stopping_a_private_instance_sweeps_only_its_own_processes():
     """The sweep after ray.shutdown() takes the instance's processes, never the caller's other
     children (here: this test process's own, as a notebook's or a test's would be)."""
-    from rlpar.runtime.ray_runtime import RayConnection
+    from rlpar.cluster.connection import RayConnection
 
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     before = descendants_of(os.getpid())  # the bystander, and e.g. multiprocessing's resource tracker

@@ -58,7 +58,7 @@ class RlparRayLauncher(Launcher):
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlpar.runtime.ray_runtime import RayConnection
+        from rlpar.cluster.connection import RayConnection
 
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)

@@ -18,6 +18,7 @@ from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.step import GuardedStep, linear_schedule
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
+from rlpar.sampling.rollout import RolloutWorker
 
 
 @dataclass
@@ -38,6 +39,10 @@ class Algorithm(ABC):
     # What `parallel.sync_mode=auto` and `parallel.max_policy_lag=auto` become for this algorithm.
     sync_mode = "blocking"
     max_policy_lag: int | None = 1
+    # What every sampler's workers run (sampling.base.Worker): environments acting with the
+    # model's acting policy. An algorithm whose workers do more (compute gradients, keep replay)
+    # names its own.
+    worker_class = RolloutWorker
 
     def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", gamma: float,
                  reward_scale: float = 1.0, normalize_rewards: bool = False):
@@ -77,6 +82,9 @@ class Algorithm(ABC):
         if problem:
             raise NonFiniteObservationError(f"{problem}; check the environment")
         metrics["time_weight_sync_s"] = metrics.get("time_weight_sync_s", 0.0) + fetched - start
+        # Share of the contributing workers' time spent waiting for a request, not stepping.
+        active = batch.actor_idle_s + batch.actor_busy_s
+        metrics["actor_idle_fraction"] = batch.actor_idle_s / active if active > 0 else 0.0
         if len(batches) > 1:
             lags = [self.version - v for v in batch.policy_versions]
             metrics.update(policy_lag_min=min(lags), policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),

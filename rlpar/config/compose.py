@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from rlpar.config.conf_dir import CONF_DIR
 
 
 def compose_config(overrides: list[str] | None = None, *, run_dir: str | Path | None = None) -> DictConfig:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from rlpar.config.compose import CONF_DIR
+from rlpar.config.conf_dir import CONF_DIR
 
 # Arguments rlpar's builder passes itself: set in a config, they would clash with it.
 SUPPLIED_BY_BUILD = {
-    "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed"},
+    "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed", "worker_class"},
     "algo": {"sampler", "policy_spec", "total_steps", "seed", "device"},
     "logger": {"run_dir", "config"},
     "checkpoint": {"run_dir"},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlpar.config.validate import first_line
+from rlpar.errors import first_line
 
 def override_problems(overrides: list[str]) -> list[str]:
     """Command-line overrides Hydra would refuse with a traceback, or in its own words without a
@@ -33,7 +33,7 @@ def _parse_reason(err: Exception) -> str:
 
 
 def _group_choice_problem(override, text: str) -> str | None:
-    from rlpar.config.compose import CONF_DIR
+    from rlpar.config.conf_dir import CONF_DIR
     from rlpar.config.known_keys import did_you_mean
 
     group = override.key_or_group
@@ -64,7 +64,8 @@ def _unknown_key_problems(parsed: list) -> list[str]:
     group choices; skipped when a group choice is swept (the key may exist in one option only)."""
     from omegaconf import OmegaConf
 
-    from rlpar.config.compose import CONF_DIR, compose_config
+    from rlpar.config.compose import compose_config
+    from rlpar.config.conf_dir import CONF_DIR
     from rlpar.config.known_keys import did_you_mean
 
     is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.compose import CONF_DIR
+from rlpar.config.conf_dir import CONF_DIR
 
 PRESET_DIR = CONF_DIR / "preset"
 

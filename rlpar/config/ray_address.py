@@ -14,7 +14,7 @@ def ray_address_problem(address) -> str | None:
         return f"expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}"
     if address != "auto":
         return _address_problem(address)
-    from rlpar.runtime.ray_runtime import auto_address, current_cluster_file
+    from rlpar.cluster.connection import auto_address, current_cluster_file
 
     found = auto_address()
     if found is None:

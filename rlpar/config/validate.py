@@ -7,6 +7,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from rlpar.errors import first_line
+
 SYNC_MODES = ("auto", "blocking", "non_blocking")
 
 
@@ -382,8 +384,3 @@ def _check_resume(c: _Checker) -> None:
             f"of it was unpickled. To resume without it (same weights, optimiser and counters, fresh "
             f"environments): python main.py resume={resume} resume_envs=false"
         )
-
-
-def first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

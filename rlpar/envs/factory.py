@@ -69,7 +69,7 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     try:
         gym.spec(spec.id)
     except gym.error.Error as err:
-        from rlpar.config.validate import first_line
+        from rlpar.errors import first_line
 
         return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({first_line(err)})"
     return None

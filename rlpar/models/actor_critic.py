@@ -10,13 +10,17 @@ and so never changes. `NumpyPolicy` reads the same state dict: keep the two in s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import torch
 from torch import nn
 
 from rlpar.models.normalizer import ObservationNormalizer
-from rlpar.models.spec import PolicySpec
+
+if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
+    from rlpar.models.spec import PolicySpec
 
 ACTIVATION_FUNCTIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": nn.functional.elu}
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -8,9 +8,13 @@ so the two must agree on its layout (stacked actor/critic towers, see actor_crit
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from rlpar.models.spec import PolicySpec
+if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
+    from rlpar.models.spec import PolicySpec
+
 
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 _ACTIVATIONS = {

@@ -28,3 +28,10 @@ class PolicySpec:
         from rlpar.models.actor_critic import ActorCritic
 
         return ActorCritic(self)
+
+    def acting_policy(self):
+        """The copy workers act with: numpy only, so workers never import torch. It reads the
+        learner module's state dict (`set_weights`) and offers `normalize`, `act` and `value`."""
+        from rlpar.models.numpy_policy import NumpyPolicy
+
+        return NumpyPolicy(self)

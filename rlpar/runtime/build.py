@@ -67,6 +67,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
         envs_per_worker=container["envs_per_worker"],
         rollout_length=algo["rollout_length"],
         seed=container["seed"],
+        worker_class=algo_cls.worker_class,
     )
     algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
     if algo_cfg.get("normalize_rewards") == "auto":

@@ -6,7 +6,6 @@ import numpy as np
 
 from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
-from rlpar.models.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec
 
 
@@ -14,7 +13,7 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
     """Greedy actions (argmax or Gaussian mean); returns mean/std/min/max of episode returns."""
     env = make_env(env_spec)
     flatten = flatten_observation_fn(env.observation_space)
-    policy = NumpyPolicy(policy_spec)
+    policy = policy_spec.acting_policy()
     policy.set_weights(weights)
     mapper = ActionMapper(policy_spec.action)
     returns = []

@@ -7,7 +7,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.validate import ConfigError, first_line, resume_dir_problem
+from rlpar.config.validate import ConfigError, resume_dir_problem
+from rlpar.errors import first_line
 
 # Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
 RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "resume_envs")

@@ -3,8 +3,29 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Protocol
 
 from rlpar.sampling.batch import Batch
+
+
+class Worker(Protocol):
+    """What a sampler runs, in-process, in a subprocess or in a Ray actor: `RolloutWorker` (a
+    vector env acting with the model's acting policy), or an algorithm's own (`worker_class`).
+    It owns environments [first_env_index, first_env_index + num_envs) of the run and
+    `batch_layout` says which arrays its rollouts fill (a multiprocess sampler allocates them in
+    shared memory)."""
+
+    def __init__(self, *, env_spec, policy_spec, num_envs: int, rollout_length: int, seed: int,
+                 first_env_index: int = 0, generation: int = 0): ...
+
+    @staticmethod
+    def batch_layout(policy_spec, T: int, N: int) -> dict: ...
+
+    def set_weights(self, weights: dict, version: int) -> None: ...
+
+    def sample(self, out: dict | None = None) -> Batch: ...
+
+    def close(self) -> None: ...
 
 
 class Sampler(ABC):

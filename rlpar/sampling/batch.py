@@ -69,6 +69,10 @@ class Batch:
     policy_versions: list[int] = field(default_factory=lambda: [0])
     # Environments that raised and were rebuilt while this batch was collected.
     env_restarts: int = 0
+    # Seconds the contributing workers spent waiting for this request since their previous
+    # rollout, and stepping this one (summed over workers): how long actors sit idle.
+    actor_idle_s: float = 0.0
+    actor_busy_s: float = 0.0
 
     @property
     def num_steps(self) -> int:
@@ -106,6 +110,8 @@ class Batch:
             raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
             policy_versions=[v for b in batches for v in b.policy_versions],
             env_restarts=sum(b.env_restarts for b in batches),
+            actor_idle_s=sum(b.actor_idle_s for b in batches),
+            actor_busy_s=sum(b.actor_busy_s for b in batches),
         )
 
     def copy(self) -> "Batch":
@@ -119,6 +125,8 @@ class Batch:
             raw_obs_sums=self.raw_obs_sums,
             policy_versions=list(self.policy_versions),
             env_restarts=self.env_restarts,
+            actor_idle_s=self.actor_idle_s,
+            actor_busy_s=self.actor_busy_s,
         )
 
 

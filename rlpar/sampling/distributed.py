@@ -15,14 +15,13 @@ import time
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.pool import WorkerPoolSampler
-from rlpar.sampling.rollout import RolloutWorker
 
 
 class EnvRunner:
-    """The actor body: a RolloutWorker plus where it runs (node and process)."""
+    """The actor body: a worker (sampling.base.Worker) plus where it runs (node and process)."""
 
-    def __init__(self, **worker_kwargs):
-        self.worker = RolloutWorker(**worker_kwargs)
+    def __init__(self, worker_class, **worker_kwargs):
+        self.worker = worker_class(**worker_kwargs)
 
     def location(self) -> tuple[str, int]:
         import ray
@@ -48,7 +47,7 @@ class DistributedSampler(WorkerPoolSampler):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
         rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
         super().__init__(**pool_kwargs)
-        from rlpar.runtime.ray_runtime import RayConnection
+        from rlpar.cluster.connection import RayConnection
 
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
         ray = self.ray = self.connection.ray
@@ -68,7 +67,7 @@ class DistributedSampler(WorkerPoolSampler):
         self.start_workers()
 
     def _launch(self, worker: int) -> None:
-        self.runners[worker] = self.runner_cls.remote(**self.worker_kwargs(worker))
+        self.runners[worker] = self.runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
         self.locations[worker] = None
         self.location_refs[self.runners[worker].location.remote()] = worker
 

@@ -23,11 +23,12 @@ class LocalSampler(Sampler):
         seed: int,
         sync_mode: str = "blocking",
         max_policy_lag: int | None = 0,
+        worker_class=RolloutWorker,
     ):
         """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
-        always on-policy (validation refuses non_blocking)."""
+        always on-policy (validation refuses non_blocking). `worker_class`: see sampling.base.Worker."""
         self.num_envs = num_workers * envs_per_worker
-        self.worker = RolloutWorker(
+        self.worker = worker_class(
             env_spec=env_spec,
             policy_spec=policy_spec,
             num_envs=self.num_envs,

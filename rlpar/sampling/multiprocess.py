@@ -20,10 +20,9 @@ from multiprocessing import connection, shared_memory
 
 import numpy as np
 
-from rlpar.sampling.batch import PER_ENV_FIELDS, Batch, batch_layout
+from rlpar.sampling.batch import PER_ENV_FIELDS, Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.pool import WorkerPoolSampler
-from rlpar.sampling.rollout import RolloutWorker
 
 def _attach(names: dict, layout: dict) -> tuple[list, dict[str, np.ndarray]]:
     blocks, arrays = [], {}
@@ -38,7 +37,7 @@ def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, np.ndarray
     return {k: (v[cols] if k in PER_ENV_FIELDS else v[:, cols]) for k, v in arrays.items()}
 
 
-def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):
+def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwargs):
     """Subprocess loop: wait for a request, roll out into shared memory, report statistics."""
     # A forked child holds a copy of the trainer's end of its pipe: close it, so that the trainer's
     # death (even by SIGKILL) reaches this worker as end-of-file and it exits instead of lingering.
@@ -51,7 +50,7 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):
     try:
         blocks, arrays = _attach(names, layout)
         out = _columns(arrays, cols)
-        worker = RolloutWorker(**worker_kwargs)
+        worker = worker_class(**worker_kwargs)
         conn.send(("ready", None))
         while True:
             message = conn.recv()
@@ -62,7 +61,7 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_kwargs):
                 worker.set_weights(weights, version)
             batch = worker.sample(out=out)
             stats = (batch.episode_returns, batch.episode_lengths, batch.episode_ends, batch.raw_obs_sums, version,
-                     batch.env_restarts)
+                     batch.env_restarts, batch.actor_idle_s, batch.actor_busy_s)
             conn.send(("done", stats))
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
@@ -87,7 +86,7 @@ class MultiprocessSampler(WorkerPoolSampler):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
         rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
         super().__init__(**pool_kwargs)
-        self.layout = batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
+        self.layout = self.worker_class.batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
         self.blocks = {
             key: shared_memory.SharedMemory(create=True, size=max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1))
             for key, (shape, dtype) in self.layout.items()
@@ -112,7 +111,8 @@ class MultiprocessSampler(WorkerPoolSampler):
         parent, child = self.context.Pipe()
         proc = self.context.Process(
             target=_worker_main,
-            args=(child, parent, self.block_names, self.layout, self._columns_of(worker), self.worker_kwargs(worker)),
+            args=(child, parent, self.block_names, self.layout, self._columns_of(worker), self.worker_class,
+                  self.worker_kwargs(worker)),
             daemon=True,
             name=f"rlpar-worker-{worker}",
         )
@@ -153,10 +153,11 @@ class MultiprocessSampler(WorkerPoolSampler):
         results = []
         for worker, result in self._answers(workers, timeout, "done"):
             if not isinstance(result, WorkerFailure):
-                returns, lengths, ends, moments, version, env_restarts = result
+                returns, lengths, ends, moments, version, env_restarts, idle_s, busy_s = result
                 result = Batch(**_columns(self.arrays, self._columns_of(worker)), episode_returns=returns,
                                episode_lengths=lengths, episode_ends=ends, raw_obs_sums=moments,
-                               policy_versions=[version], env_restarts=env_restarts)
+                               policy_versions=[version], env_restarts=env_restarts, actor_idle_s=idle_s,
+                               actor_busy_s=busy_s)
             results.append((worker, result))
         return results
 

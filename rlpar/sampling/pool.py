@@ -29,6 +29,7 @@ import numpy as np
 from rlpar.sampling.base import Sampler
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
+from rlpar.sampling.rollout import RolloutWorker
 
 log = logging.getLogger("rlpar")
 
@@ -49,8 +50,10 @@ class WorkerPoolSampler(Sampler):
         sample_timeout_s: float = 60.0,
         start_timeout_s: float = 300.0,
         min_live_workers: int = 1,
+        worker_class=RolloutWorker,
     ):
-        self.env_spec, self.policy_spec = env_spec, policy_spec
+        """`worker_class` (sampling.base.Worker) is what each worker process or actor runs."""
+        self.env_spec, self.policy_spec, self.worker_class = env_spec, policy_spec, worker_class
         self.rollout_length, self.seed = rollout_length, seed
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
@@ -74,7 +77,7 @@ class WorkerPoolSampler(Sampler):
         self._metrics: dict = {}
 
     def worker_kwargs(self, worker: int) -> dict:
-        """RolloutWorker arguments for worker `worker`: it owns environments [w*E, (w+1)*E)."""
+        """The worker class's arguments for worker `worker`: it owns environments [w*E, (w+1)*E)."""
         return dict(
             env_spec=self.env_spec,
             policy_spec=self.policy_spec,

@@ -7,19 +7,24 @@ own generator, so a worker owning environments [k, k + n) produces exactly the c
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
 from rlpar.envs.recovering import RESEED_STRIDE
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
-from rlpar.models.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec
-from rlpar.sampling.batch import Batch, allocate_batch_arrays
+from rlpar.sampling.batch import Batch, allocate_batch_arrays, batch_layout
 
 NOISE_STREAM = 1  # separates action-noise seeds from environment seeds
 
 
 class RolloutWorker:
+    """The default `Worker` (rlpar.sampling.base): acts with the model's acting policy."""
+
+    batch_layout = staticmethod(batch_layout)
+
     def __init__(
         self,
         *,
@@ -36,7 +41,7 @@ class RolloutWorker:
         self.first_env_index = first_env_index
         self.rollout_length = rollout_length
         self.policy_spec = policy_spec
-        self.policy = NumpyPolicy(policy_spec)
+        self.policy = policy_spec.acting_policy()
         self.policy_version = 0
         self.action_mapper = ActionMapper(policy_spec.action)
         self.venv = make_vector_env(env_spec, num_envs)
@@ -52,6 +57,7 @@ class RolloutWorker:
         self.autoreset_pending = np.zeros(num_envs, dtype=bool)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.last_rollout_end: float | None = None  # for the time this worker sat idle between rollouts
 
     def set_weights(self, weights: dict, version: int) -> None:
         self.policy.set_weights(weights)
@@ -107,6 +113,7 @@ class RolloutWorker:
 
     def sample(self, out: dict[str, np.ndarray] | None = None) -> Batch:
         """One rollout of `rollout_length` steps; writes into `out` (e.g. shared memory) if given."""
+        started = time.perf_counter()
         T, N = self.rollout_length, self.num_envs
         bufs = out if out is not None else allocate_batch_arrays(self.policy_spec, T, N)
         obs_buf, actions_buf, logp_buf, values_buf = bufs["obs"], bufs["actions"], bufs["logp"], bufs["values"]
@@ -163,7 +170,13 @@ class RolloutWorker:
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_versions=[self.policy_version],
             env_restarts=env_restarts(self.venv) - env_restarts_before,
+            actor_idle_s=started - self.last_rollout_end if self.last_rollout_end is not None else 0.0,
+            actor_busy_s=self._mark_rollout_end() - started,
         )
+
+    def _mark_rollout_end(self) -> float:
+        self.last_rollout_end = time.perf_counter()
+        return self.last_rollout_end
 
     def close(self) -> None:
         self.venv.close()

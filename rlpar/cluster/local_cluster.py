@@ -1,6 +1,6 @@
 """A multi-node Ray cluster on one machine, all nodes on 127.0.0.1 (for trying and testing).
 
-    python -m rlpar.runtime.local_cluster --nodes 2 --cpus-per-node 1
+    python -m rlpar.cluster.local_cluster --nodes 2 --cpus-per-node 1
 
 prints `address=127.0.0.1:PORT` once every node is up, then keeps the cluster alive until it is
 interrupted (Ctrl-C / SIGTERM). Train on it with
@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 
-from rlpar.runtime.ray_runtime import require_token_auth, token_source
+from rlpar.cluster.connection import require_token_auth, token_source
 
 
 def node_args(cpus_per_node: float, object_store_mb: int) -> dict:

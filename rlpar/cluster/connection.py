@@ -14,10 +14,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import rlpar
 from rlpar.runtime.interrupts import HeldInterrupts, shielded
 
-PACKAGE_DIR = Path(rlpar.__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent
 
 

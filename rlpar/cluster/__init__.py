@@ -1,0 +1,1 @@
+"""Ray below the samplers: the private loopback instance, joining a cluster, a local test cluster."""
