@@ -20,21 +20,31 @@ def available_memory_bytes() -> int:
 
 
 def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: int, num_envs: int, workers: int,
-                           hidden_sizes: list[int], copies_of_batch: int) -> dict[str, int]:
+                           hidden_sizes: list[int], copies_of_batch: int, replay_capacity: int = 0) -> dict[str, int]:
     """Rough bytes of the largest things a run holds, by what they are.
 
     - batch: float32 observations and actions plus four float32 and three bool fields per step,
       held `copies_of_batch` times (worker buffer or shared memory, object store, learner tensors);
     - network: actor and critic (float32), with gradients and two Adam moments on the learner and
       a numpy copy in every worker;
-    - environments: the latest float64 observation of each environment, raw and normalised."""
+    - environments: the latest float64 observation of each environment, raw and normalised;
+    - replay (value-based algorithms): `replay_capacity` transitions of `replay_bytes_per_transition`."""
     per_step = 4 * (obs_dim + action_size + 4) + 3
     batch = per_step * rollout_length * num_envs * copies_of_batch
     sizes = [obs_dim, *hidden_sizes]
     params = 2 * sum(a * b + b for a, b in zip(sizes, sizes[1:])) + hidden_sizes[-1] * (action_size + 1)
     network = 4 * params * (4 + workers)
     environments = 2 * 8 * obs_dim * num_envs
-    return {"batch": batch, "network": network, "environments": environments}
+    estimate = {"batch": batch, "network": network, "environments": environments}
+    if replay_capacity:
+        estimate["replay"] = replay_capacity * replay_bytes_per_transition(obs_dim)
+    return estimate
+
+
+def replay_bytes_per_transition(obs_dim: int) -> int:
+    """float32 observation and next observation, int64 action, float32 reward and discount, and
+    a float64 priority in each of the sum tree's two halves."""
+    return 2 * 4 * obs_dim + 8 + 4 + 4 + 2 * 8
 
 
 def memory_problem(estimate: dict[str, int], available: int | None = None) -> str | None:
@@ -45,4 +55,4 @@ def memory_problem(estimate: dict[str, int], available: int | None = None) -> st
     parts = ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in estimate.items())
     return (f"memory: this run needs about {total / GIB:.1f} GiB ({parts}) but {available / GIB:.1f} GiB is "
             f"available; use fewer environments (workers, envs_per_worker), a shorter algo.rollout_length, "
-            f"smaller model.hidden_sizes, or a smaller observation")
+            f"smaller model.hidden_sizes, a smaller algo.replay.capacity, or a smaller observation")

@@ -138,6 +138,16 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     number("value_clip", low=0, low_open=True, optional=True)
     number("n_steps", integer=True, low=1, optional=True)
     number("rmsprop_alpha", low=0, high=1, high_open=True)
+    for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval"):
+        number(name, integer=True, low=1)
+    for name in ("learning_starts", "exploration_steps"):
+        number(name, integer=True, low=0)
+    number("replay_ratio", low=0, low_open=True)
+    number("tau", low=0, high=1, low_open=True)
+    for name in ("epsilon_start", "epsilon_end"):
+        number(name, low=0, high=1)
+    if takes is not None and "replay" in takes:
+        _check_replay(c)
     number("optimizer_eps", low=0, low_open=True)
     for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
                           ("normalize_rewards", ("auto", True, False))):
@@ -158,7 +168,22 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     from rlpar.models.spec import ACTIVATIONS
 
     c.choice("model.activation", tuple(ACTIVATIONS))
-    c.choice("model.normalize_obs", ("auto", True, False))
+    if "normalize_obs" in (c.get("model") or {}):
+        c.choice("model.normalize_obs", ("auto", True, False))
+
+
+def _check_replay(c: _Checker) -> None:
+    capacity = c.number("algo.replay.capacity", integer=True, low=1)
+    for name in ("alpha", "beta_start", "beta_end"):
+        c.number(f"algo.replay.{name}", low=0, high=1)
+    c.number("algo.replay.num_shards", integer=True, low=1, optional=True)
+    for name in ("batch_size", "learning_starts"):
+        value = c.get(f"algo.{name}")
+        if isinstance(capacity, int) and isinstance(value, int) and value > capacity:
+            c.problems.append(f"algo.{name}: {value} is more than algo.replay.capacity ({capacity})")
+    if not str(c.get("model._target_") or "").endswith("QNetworkSpec"):
+        c.problems.append(f"model: algo={c.get('algo.name')} learns Q-values and needs model=q_network, "
+                          f"got {c.get('model._target_')}")
 
 
 def _learner_keys(c: _Checker) -> frozenset[str] | None:
@@ -227,6 +252,9 @@ def _probe_env(c: _Checker, spec) -> list[str]:
             action = describe_action_space(env.action_space)
         except TypeError as err:
             return [f"env: {err}"]
+        if not action.discrete and str(c.get("model._target_") or "").endswith("QNetworkSpec"):
+            return [f"env: {name} has continuous actions ({env.action_space}); algo={c.get('algo.name')} "
+                    f"(a Q-network) needs Discrete actions: use algo=ppo, a2c, impala or appo"]
         problem = _memory_problem(c, obs_dim, action.size)
         if problem:
             return [problem]
@@ -266,9 +294,11 @@ def _memory_problem(c: _Checker, obs_dim: int, action_size: int) -> str | None:
         return None  # reported on their own
     workers, envs_per_worker, rollout = numbers
     local = str(c.get("parallel._target_") or "").endswith("LocalSampler")
+    capacity = c.get("algo.replay.capacity") if "replay" in (_learner_keys(c) or ()) else 0
     estimate = estimated_memory_bytes(
         obs_dim=obs_dim, action_size=action_size, rollout_length=rollout, num_envs=workers * envs_per_worker,
         workers=0 if local else workers, hidden_sizes=hidden, copies_of_batch=2 if local else 3,
+        replay_capacity=capacity if isinstance(capacity, int) and capacity > 0 else 0,
     )
     return memory_problem(estimate)
 

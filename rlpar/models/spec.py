@@ -29,9 +29,11 @@ class PolicySpec:
 
         return ActorCritic(self)
 
-    def acting_policy(self):
+    def acting_policy(self, env_ids=None):
         """The copy workers act with: numpy only, so workers never import torch. It reads the
-        learner module's state dict (`set_weights`) and offers `normalize`, `act` and `value`."""
+        learner module's state dict (`set_weights`) and offers `normalize`, `act` and `value`;
+        `env_ids` (the global ids of the environments it steps) are for policies that treat
+        environments differently, not this one."""
         from rlpar.models.numpy_policy import NumpyPolicy
 
         return NumpyPolicy(self)

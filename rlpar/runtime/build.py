@@ -19,7 +19,7 @@ from rlpar.runtime.trainer import Trainer
 
 
 
-def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str = "auto") -> tuple[PolicySpec, bool]:
+def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto") -> tuple[PolicySpec, bool]:
     """Build one environment to read its spaces, and describe the matching network
     (`make_spec`: the model group, instantiated partially). Also says whether the observations
     are a Box: `auto` normalisation (of observations here, of rewards in the algorithm) is on
@@ -33,7 +33,11 @@ def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str = "auto"
         raise ConfigError([f"env: {err}"]) from err
     finally:
         env.close()
-    return make_spec(obs_dim=obs_dim, action=action, normalize_obs=box if normalize_obs == "auto" else normalize_obs), box
+    options = {} if normalize_obs is None else {"normalize_obs": box if normalize_obs == "auto" else normalize_obs}
+    try:
+        return make_spec(obs_dim=obs_dim, action=action, **options), box
+    except ValueError as err:  # e.g. a Q-network for continuous actions
+        raise ConfigError([f"model: {err}"]) from err
 
 
 def sampling_defaults(parallel: dict, algo_cls) -> dict:
@@ -55,7 +59,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
     env_spec = resolve_env_spec(**container["env"])
     algo = container["algo"]
     policy_spec, box_observations = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"),
-                                                      normalize_obs=container["model"].get("normalize_obs", "auto"))
+                                                      normalize_obs=container["model"].get("normalize_obs"))
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
     algo_cls = get_class(algo["_target_"])

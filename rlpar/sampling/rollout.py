@@ -41,7 +41,7 @@ class RolloutWorker:
         self.first_env_index = first_env_index
         self.rollout_length = rollout_length
         self.policy_spec = policy_spec
-        self.policy = policy_spec.acting_policy()
+        self.policy = policy_spec.acting_policy(env_ids=np.arange(first_env_index, first_env_index + num_envs))
         self.policy_version = 0
         self.action_mapper = ActionMapper(policy_spec.action)
         self.venv = make_vector_env(env_spec, num_envs)

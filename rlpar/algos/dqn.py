@@ -1,0 +1,191 @@
+"""DQN (Mnih et al. 2015) with the Rainbow-era fixes that matter on small tasks: double-Q targets,
+an optional dueling head, n-step returns and proportional prioritised replay.
+
+One iteration: act ε-greedily with the newest published weights -> the rollout's n-step
+transitions (followed per global environment id, so rollouts may arrive from any worker) go into
+the replay, which the learner owns -> once `learning_starts` transitions are in, `replay_ratio`
+gradient steps per env step on minibatches from the replay (Huber loss on the TD error, weighted
+by importance weights when prioritised), the target network refreshed by a hard copy every
+`target_update_every` gradient steps (or by Polyak averaging with `tau` < 1) -> weights published
+to the workers every `weight_sync_interval` updates, with the current ε.
+Runs on every sampler; workers act with a numpy copy of the Q-network.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from rlpar.algos.base import Algorithm, LearningRate, StepResult
+from rlpar.learning.optim import LeanAdam
+from rlpar.learning.q_targets import q_targets, weighted_huber
+from rlpar.learning.step import linear_schedule
+from rlpar.replay.nstep import NStepWriter
+from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
+from rlpar.replay.settings import ReplaySettings
+from rlpar.replay.storage import RingStorage
+
+
+class DQN(Algorithm):
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        lr: float = 1e-4,
+        anneal_lr: bool = False,
+        min_lr_fraction: float = 0.0,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        batch_size: int = 64,
+        replay_ratio: float = 0.25,
+        learning_starts: int = 1000,
+        target_update_every: int = 250,
+        tau: float = 1.0,
+        double_q: bool = True,
+        epsilon_start: float = 1.0,
+        epsilon_end: float = 0.05,
+        exploration_steps: int = 10_000,
+        weight_sync_interval: int = 1,
+        max_grad_norm: float = 10.0,
+        replay: ReplaySettings | None = None,
+        reward_scale: float = 1.0,
+        max_consecutive_nonfinite: int = 20,
+    ):
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
+                         gamma=gamma, reward_scale=reward_scale)
+        self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
+                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.target_model = copy.deepcopy(self.model).requires_grad_(False)
+        self.gamma, self.batch_size, self.replay_ratio = gamma, batch_size, replay_ratio
+        self.learning_starts, self.target_update_every, self.tau = learning_starts, target_update_every, tau
+        self.double_q = double_q
+        self.epsilon_start, self.epsilon_end, self.exploration_steps = epsilon_start, epsilon_end, exploration_steps
+        self.weight_sync_interval = weight_sync_interval
+        self.replay_settings = replay = replay or ReplaySettings()
+        obs_field = ((policy_spec.obs_dim,), np.float32)
+        self.storage = RingStorage(capacity=replay.capacity, fields={
+            "obs": obs_field, "actions": ((), np.int64), "rewards": ((), np.float32), "next_obs": obs_field,
+            "discounts": ((), np.float32)})
+        if replay.prioritized:
+            # beta reaches beta_end when the run ends: one sample() call per gradient step
+            beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
+            self.replay = PrioritizedSampler(capacity=replay.capacity, alpha=replay.alpha, beta_start=replay.beta_start,
+                                             beta_end=replay.beta_end, beta_steps=beta_steps, seed=seed)
+        else:
+            self.replay = UniformSampler(seed=seed)
+        self.writer = NStepWriter(n=n_step, gamma=gamma)
+        self.update_credit = 0.0  # gradient steps owed by the replay ratio
+        self.gradient_steps = 0
+        self.updates = 0  # iterations that learned
+        self.inserted = self.sampled = 0
+
+    # -- acting -----------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        return linear_schedule(self.epsilon_start - self.epsilon_end, steps_seen=self.steps_seen,
+                               total_steps=self.exploration_steps, min_fraction=0.0) + self.epsilon_end
+
+    def get_weights(self) -> dict:
+        return {**super().get_weights(), "epsilon": np.float64(self.epsilon())}
+
+    # -- one iteration ----------------------------------------------------------------------
+    def training_step(self) -> StepResult:
+        batch, metrics = self.sample()
+        start = time.perf_counter()
+        self.steps_seen += batch.num_steps
+        inserted = self.insert(batch)
+        if self.storage.size >= self.learning_starts:
+            self.update_credit += self.replay_ratio * batch.num_steps
+        steps = int(self.update_credit)
+        self.update_credit -= steps
+        stats = self.learn(steps) if steps else {}
+        learn_s = time.perf_counter() - start
+        metrics.update(stats, time_learn_s=learn_s, epsilon=self.epsilon(), replay_size=self.storage.size,
+                       replay_inserts=self.inserted, replay_samples=self.sampled, gradient_steps=steps,
+                       samples_per_insert=self.sampled / max(self.inserted, 1), policy_version=self.version,
+                       inserts_per_s=inserted / max(learn_s, 1e-9), samples_per_s=steps * self.batch_size / max(learn_s, 1e-9))
+        if self.replay_settings.prioritized:
+            metrics["beta"] = self.replay.beta
+        return StepResult(batch.num_steps, batch.episode_returns, batch.episode_lengths, metrics)
+
+    def insert(self, batch) -> int:
+        """The rollout's finished n-step transitions into the replay; returns how many."""
+        transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=self.learning_rewards(batch),
+                                      terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
+                                      env_ids=batch.env_ids, last_obs=batch.last_obs)
+        count = len(transitions["actions"])
+        if count:
+            indices = self.storage.add({k: transitions[k] for k in ("obs", "actions", "rewards", "next_obs", "discounts")})
+            self.replay.on_insert(indices)  # uniform sampling: a no-op
+        self.inserted += count
+        return count
+
+    def learn(self, steps: int) -> dict:
+        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        losses, td_means, q_means = [], [], []
+        for _ in range(steps):
+            indices, weights = self.replay.sample(batch_size=self.batch_size, size=self.storage.size)
+            data = {k: torch.as_tensor(v, device=self.device) for k, v in self.storage.get(indices).items()}
+            loss, td_errors, q_taken = self.gradient_step(**data, weights=torch.as_tensor(weights, device=self.device))
+            self.replay.update_priorities(indices, td_errors.abs().cpu().numpy())  # uniform: a no-op
+            losses.append(loss)
+            td_means.append(td_errors.abs().mean())
+            q_means.append(q_taken.mean())
+            self.gradient_steps += 1
+            self.sampled += self.batch_size
+            self.refresh_target()
+        self.updates += 1
+        if self.updates % self.weight_sync_interval == 0:
+            self.version += 1  # workers pick the new weights up with their next request
+        loss, td_error, q_mean = torch.stack([torch.stack(x) for x in (losses, td_means, q_means)]).mean(1).tolist()
+        return {"loss_q": loss, "td_error_mean": td_error, "q_mean": q_mean, "lr": lr,
+                "nonfinite_updates": self.step.nonfinite_updates}
+
+    def gradient_step(self, obs, actions, rewards, next_obs, discounts, weights):
+        with torch.no_grad():
+            next_online = self.model(next_obs) if self.double_q else None
+            targets = q_targets(rewards, discounts, self.target_model(next_obs), next_online)
+        q_taken = self.model(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        td_errors = targets - q_taken
+        loss = weighted_huber(td_errors, weights)
+        self.step(loss)
+        return loss.detach(), td_errors.detach(), q_taken.detach()
+
+    def refresh_target(self) -> None:
+        if self.tau < 1.0:
+            with torch.no_grad():
+                for target, online in zip(self.target_model.parameters(), self.parameters):
+                    target.lerp_(online, self.tau)
+        elif self.gradient_steps % self.target_update_every == 0:
+            self.target_model.load_state_dict(self.model.state_dict())
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """With `replay.checkpoint`, the replay's contents too (a resumed local run then
+        continues exactly); without, a resumed run refills it from scratch."""
+        state = {**super().state_dict(), "target_model": self.target_model.state_dict(),
+                 "counters": {"update_credit": self.update_credit, "gradient_steps": self.gradient_steps,
+                              "updates": self.updates, "inserted": self.inserted, "sampled": self.sampled}}
+        if self.replay_settings.checkpoint:
+            state["replay"] = {"storage": self.storage.state_dict(), "sampler": self.replay.state_dict(),
+                               "writer": self.writer.state_dict()}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.target_model.load_state_dict(state["target_model"])
+        counters = state["counters"]
+        self.update_credit = float(counters["update_credit"])
+        self.gradient_steps, self.updates = int(counters["gradient_steps"]), int(counters["updates"])
+        self.inserted, self.sampled = int(counters["inserted"]), int(counters["sampled"])
+        if "replay" in state:
+            self.storage.load_state_dict(state["replay"]["storage"])
+            self.replay.load_state_dict(state["replay"]["sampler"])
+            self.writer.load_state_dict(state["replay"]["writer"])

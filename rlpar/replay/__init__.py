@@ -1,0 +1,29 @@
+"""Experience replay for DQN and Ape-X, built from small parts (TorchRL's storage x sampler x
+writer, with a Reverb-style rate limiter):
+
+- `RingStorage`: preallocated numpy arrays, one per field; `add` returns the slots written.
+- `UniformSampler` / `PrioritizedSampler`: choose slots to replay and their importance weights;
+  the prioritised one keeps a `SumTree` of priorities keyed by slot.
+- `NStepWriter`: turns rollouts ([T, N] batches) into n-step transitions, following each
+  environment across rollouts by its global id.
+- `RateLimiter`: keeps samples per insert near a target, so replay ratio does not depend on how
+  fast actors run against the learner.
+
+They compose in the algorithm (or a replay shard) as:
+
+    transitions = writer.add(**rollout_fields)               # actors' rollouts -> transitions
+    if limiter.can_insert(n): slots = storage.add(transitions); sampler.on_insert(slots)
+    if limiter.can_sample(b): slots, weights = sampler.sample(batch_size=b, size=storage.size)
+                              batch = storage.get(slots); ...; sampler.update_priorities(slots, td)
+
+Each part has state_dict / load_state_dict returning tensors and plain values, for checkpoints
+loaded with weights_only.
+"""
+
+from rlpar.replay.nstep import NStepWriter
+from rlpar.replay.rate_limiter import RateLimiter
+from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
+from rlpar.replay.storage import RingStorage
+from rlpar.replay.sum_tree import SumTree
+
+__all__ = ["NStepWriter", "PrioritizedSampler", "RateLimiter", "RingStorage", "SumTree", "UniformSampler"]

@@ -1,0 +1,18 @@
+"""The `algo.replay` node of value-based algorithms: what the replay keeps and how it samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    capacity: int = 100_000          # transitions kept (oldest overwritten)
+    prioritized: bool = False        # proportional prioritisation (Schaul et al. 2016); else uniform
+    alpha: float = 0.6               # priority exponent
+    beta_start: float = 0.4          # importance-sampling exponent, annealed to beta_end
+    beta_end: float = 1.0
+    checkpoint: bool = False         # save the contents with every checkpoint (exact resume)
+    num_shards: int = 2              # Ape-X: replay shards (Ray actors)
+    samples_per_insert: float | None = None  # rate limit: sampled transitions per inserted one (None: off)
+    samples_per_insert_tolerance: float = 0.0  # how far the achieved ratio may drift, in transitions
