@@ -111,3 +111,28 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
     assert len(rows["local"]) == iterations and rows["local"][-1]["episodes"] > 5
     assert rows["multiprocess"] == rows["local"]
     assert rows["distributed"] == rows["local"]
+
+
+def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path):
+    """Ape-X on the two-node cluster: actors write to two ReplayShard actors, one per node; the
+    learner samples them. SIGKILL one shard's process: it is started again (empty), counted, and
+    training goes on learning."""
+    from rlpar.runtime.build import build_trainer
+
+    trainer = build_trainer(make_cfg("algo=apex", "parallel=distributed", "workers=4", "envs_per_worker=1",
+                                     "algo.learning_starts=256", "algo.replay.num_shards=2", run_dir=tmp_path / "apex"))
+    try:
+        algorithm = trainer.algorithm
+        before = [trainer.train() for _ in range(15)]
+        locations = [ray.get(shard.location.remote()) for shard in algorithm.shards]
+        assert len({node for node, _ in locations}) == 2  # one shard on each node
+        os.kill(locations[0][1], 9)
+        after = [trainer.train() for _ in range(25)]
+        new_location = ray.get(algorithm.shards[0].location.remote())
+    finally:
+        trainer.close()
+    assert before[-1]["replay_shards"] == 2 and before[-1]["replay_shard_restarts"] == 0
+    assert before[-1]["gradient_steps"] > 0 and before[-1]["replay_inserts"] > 256
+    assert after[-1]["replay_shard_restarts"] >= 1 and new_location[1] != locations[0][1]
+    assert after[-1]["env_steps"] > before[-1]["env_steps"] and after[-1]["gradient_steps"] > 0
+    assert after[-1]["replay_size"] > 0

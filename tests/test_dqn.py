@@ -74,3 +74,23 @@ def test_sigkill_then_resume_with_replay_checkpoint_equals_an_uninterrupted_run(
     assert [r["iteration"] for r in resumed] == list(range(1, ITERATIONS + 1))
     for got, expected in zip(resumed, reference):
         assert deterministic(got) == deterministic(expected), f"iteration {got['iteration']}"
+
+
+def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tmp_path):
+    """parallel=multiprocess: actors prioritise their own transitions and send them back with the
+    batch; the learner's in-process shards take them. Each environment explores at its own rate."""
+    trainer = build_trainer(make_cfg("algo=apex", "parallel=multiprocess", "workers=2", "envs_per_worker=2",
+                                     "algo.learning_starts=256", run_dir=tmp_path / "apex"))
+    try:
+        history = [trainer.train() for _ in range(12)]
+        algorithm = trainer.algorithm
+        shard_sizes = [shard.stats()["size"] for shard in algorithm.shards]
+        epsilons = algorithm.env_epsilons
+    finally:
+        trainer.close()
+    last = history[-1]
+    assert last["replay_shards"] == 2 and all(size > 0 for size in shard_sizes)
+    assert sum(shard_sizes) == last["replay_size"] == last["replay_inserts"]
+    assert last["gradient_steps"] > 0
+    # epsilon_i = 0.4 ** (1 + 7 i / 3) for the 4 environments of the run
+    assert epsilons == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])

@@ -44,6 +44,11 @@ class Algorithm(ABC):
     # names its own.
     worker_class = RolloutWorker
 
+    @classmethod
+    def worker_options(cls, algo_config: dict) -> dict:
+        """Extra arguments for `worker_class`, from the algo group (none for RolloutWorker)."""
+        return {}
+
     def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", gamma: float,
                  reward_scale: float = 1.0, normalize_rewards: bool = False):
         torch.manual_seed(seed)

@@ -26,6 +26,7 @@ from rlpar.learning.step import linear_schedule
 from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
 from rlpar.replay.settings import ReplaySettings
+from rlpar.replay.shard import transition_fields
 from rlpar.replay.storage import RingStorage
 
 
@@ -69,23 +70,26 @@ class DQN(Algorithm):
         self.double_q = double_q
         self.epsilon_start, self.epsilon_end, self.exploration_steps = epsilon_start, epsilon_end, exploration_steps
         self.weight_sync_interval = weight_sync_interval
-        self.replay_settings = replay = replay or ReplaySettings()
-        obs_field = ((policy_spec.obs_dim,), np.float32)
-        self.storage = RingStorage(capacity=replay.capacity, fields={
-            "obs": obs_field, "actions": ((), np.int64), "rewards": ((), np.float32), "next_obs": obs_field,
-            "discounts": ((), np.float32)})
-        if replay.prioritized:
-            # beta reaches beta_end when the run ends: one sample() call per gradient step
-            beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
-            self.replay = PrioritizedSampler(capacity=replay.capacity, alpha=replay.alpha, beta_start=replay.beta_start,
-                                             beta_end=replay.beta_end, beta_steps=beta_steps, seed=seed)
-        else:
-            self.replay = UniformSampler(seed=seed)
-        self.writer = NStepWriter(n=n_step, gamma=gamma)
+        self.replay_settings = replay or ReplaySettings()
+        # beta reaches beta_end when the run ends: one sample() call per gradient step
+        self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
+        self.n_step, self.seed = n_step, seed
+        self.build_replay()
         self.update_credit = 0.0  # gradient steps owed by the replay ratio
         self.gradient_steps = 0
         self.updates = 0  # iterations that learned
         self.inserted = self.sampled = 0
+
+    def build_replay(self) -> None:
+        """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
+        replay = self.replay_settings
+        self.storage = RingStorage(capacity=replay.capacity, fields=transition_fields(self.policy_spec.obs_dim))
+        if replay.prioritized:
+            self.replay = PrioritizedSampler(capacity=replay.capacity, alpha=replay.alpha, beta_start=replay.beta_start,
+                                             beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)
+        else:
+            self.replay = UniformSampler(seed=self.seed)
+        self.writer = NStepWriter(n=self.n_step, gamma=self.gamma)
 
     # -- acting -----------------------------------------------------------------------------
     def epsilon(self) -> float:
@@ -101,19 +105,30 @@ class DQN(Algorithm):
         start = time.perf_counter()
         self.steps_seen += batch.num_steps
         inserted = self.insert(batch)
-        if self.storage.size >= self.learning_starts:
+        if self.inserted >= self.learning_starts:
             self.update_credit += self.replay_ratio * batch.num_steps
         steps = int(self.update_credit)
         self.update_credit -= steps
-        stats = self.learn(steps) if steps else {}
+        stats = self.learn(steps) if steps else {"gradient_steps": 0}
         learn_s = time.perf_counter() - start
-        metrics.update(stats, time_learn_s=learn_s, epsilon=self.epsilon(), replay_size=self.storage.size,
-                       replay_inserts=self.inserted, replay_samples=self.sampled, gradient_steps=steps,
+        metrics.update(stats, time_learn_s=learn_s, epsilon=self.epsilon(), replay_size=self.replay_size(),
+                       replay_inserts=self.inserted, replay_samples=self.sampled,
                        samples_per_insert=self.sampled / max(self.inserted, 1), policy_version=self.version,
-                       inserts_per_s=inserted / max(learn_s, 1e-9), samples_per_s=steps * self.batch_size / max(learn_s, 1e-9))
+                       inserts_per_s=inserted / max(learn_s, 1e-9),
+                       samples_per_s=stats["gradient_steps"] * self.batch_size / max(learn_s, 1e-9))
         if self.replay_settings.prioritized:
-            metrics["beta"] = self.replay.beta
-        return StepResult(batch.num_steps, batch.episode_returns, batch.episode_lengths, metrics)
+            metrics["beta"] = self.beta()
+        return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
+
+    def reported_episodes(self, batch) -> tuple[list, list]:
+        """Returns and lengths of the episodes the run's statistics count: all of them."""
+        return batch.episode_returns, batch.episode_lengths
+
+    def replay_size(self) -> int:
+        return self.storage.size
+
+    def beta(self) -> float:
+        return self.replay.beta
 
     def insert(self, batch) -> int:
         """The rollout's finished n-step transitions into the replay; returns how many."""
@@ -131,10 +146,16 @@ class DQN(Algorithm):
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         losses, td_means, q_means = [], [], []
         for _ in range(steps):
-            indices, weights = self.replay.sample(batch_size=self.batch_size, size=self.storage.size)
-            data = {k: torch.as_tensor(v, device=self.device) for k, v in self.storage.get(indices).items()}
-            loss, td_errors, q_taken = self.gradient_step(**data, weights=torch.as_tensor(weights, device=self.device))
-            self.replay.update_priorities(indices, td_errors.abs().cpu().numpy())  # uniform: a no-op
+            drawn = self.next_minibatch()
+            if drawn is None:  # nothing to replay yet (Ape-X: no shard holds a minibatch)
+                break
+            where, weights, transitions = drawn
+            # (arrays from a Ray shard are read-only views of the object store: copied)
+            data = {k: torch.as_tensor(v if v.flags.writeable else v.copy(), device=self.device)
+                    for k, v in transitions.items()}
+            weights = torch.as_tensor(weights if weights.flags.writeable else weights.copy(), device=self.device)
+            loss, td_errors, q_taken = self.gradient_step(**data, weights=weights)
+            self.report_priorities(where, td_errors.abs().cpu().numpy())
             losses.append(loss)
             td_means.append(td_errors.abs().mean())
             q_means.append(q_taken.mean())
@@ -144,9 +165,19 @@ class DQN(Algorithm):
         self.updates += 1
         if self.updates % self.weight_sync_interval == 0:
             self.version += 1  # workers pick the new weights up with their next request
+        if not losses:
+            return {"lr": lr, "gradient_steps": 0}
         loss, td_error, q_mean = torch.stack([torch.stack(x) for x in (losses, td_means, q_means)]).mean(1).tolist()
-        return {"loss_q": loss, "td_error_mean": td_error, "q_mean": q_mean, "lr": lr,
+        return {"loss_q": loss, "td_error_mean": td_error, "q_mean": q_mean, "lr": lr, "gradient_steps": len(losses),
                 "nonfinite_updates": self.step.nonfinite_updates}
+
+    def next_minibatch(self):
+        """(where it came from, importance weights, transitions), or None."""
+        slots, weights = self.replay.sample(batch_size=self.batch_size, size=self.storage.size)
+        return slots, weights, self.storage.get(slots)
+
+    def report_priorities(self, slots, td_errors) -> None:
+        self.replay.update_priorities(slots, td_errors)  # uniform sampling: a no-op
 
     def gradient_step(self, obs, actions, rewards, next_obs, discounts, weights):
         with torch.no_grad():

@@ -20,7 +20,8 @@ from rlpar.config.conf_dir import CONF_DIR
 
 # Arguments rlpar's builder passes itself: set in a config, they would clash with it.
 SUPPLIED_BY_BUILD = {
-    "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed", "worker_class"},
+    "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed", "worker_class",
+                 "worker_options"},
     "algo": {"sampler", "policy_spec", "total_steps", "seed", "device"},
     "logger": {"run_dir", "config"},
     "checkpoint": {"run_dir"},
@@ -47,8 +48,18 @@ def keyword_parameters(target: str) -> frozenset[str]:
         return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
     names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
     if init is None or init.args.kwarg is not None:
-        names |= _base_parameters(tree, cls, module_name)
+        names |= _base_parameters(tree, cls, module_name) - _not_forwarded(cls)
     return frozenset(names)
+
+
+def _not_forwarded(cls: ast.ClassDef) -> set[str]:
+    """Base-class keywords a subclass sets itself (`KEYWORDS_NOT_FORWARDED = (...)`), so the
+    config may not give them."""
+    for node in cls.body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KEYWORDS_NOT_FORWARDED" for t in node.targets)
+                and isinstance(node.value, ast.Tuple)):
+            return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    return set()
 
 
 def _is_dataclass_decorator(node: ast.expr) -> bool:

@@ -143,6 +143,8 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     for name in ("learning_starts", "exploration_steps"):
         number(name, integer=True, low=0)
     number("replay_ratio", low=0, low_open=True)
+    number("exploration_epsilon", low=0, high=1, low_open=True)
+    number("exploration_alpha", low=0)
     number("tau", low=0, high=1, low_open=True)
     for name in ("epsilon_start", "epsilon_end"):
         number(name, low=0, high=1)

@@ -17,7 +17,6 @@ the same transitions in the same order however a sampler arranged the columns.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 
 def _occurrence(env_ids: np.ndarray) -> np.ndarray:
@@ -152,6 +151,8 @@ class NStepWriter:
 
     def state_dict(self) -> dict:
         """The open steps by environment id (copies: small, and changed by the next add)."""
+        import torch  # the learner checkpoints; actors and shards need no torch
+
         if self._obs is None:
             return {"n": self.n, "gamma": self.gamma}
         return {"n": self.n, "gamma": self.gamma, "obs": torch.from_numpy(self._obs.copy()),

@@ -8,7 +8,6 @@ algorithm replays without asking which one it holds; the uniform one ignores pri
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from rlpar.replay.sum_tree import SumTree
 

@@ -12,7 +12,5 @@ class ReplaySettings:
     alpha: float = 0.6               # priority exponent
     beta_start: float = 0.4          # importance-sampling exponent, annealed to beta_end
     beta_end: float = 1.0
-    checkpoint: bool = False         # save the contents with every checkpoint (exact resume)
-    num_shards: int = 2              # Ape-X: replay shards (Ray actors)
-    samples_per_insert: float | None = None  # rate limit: sampled transitions per inserted one (None: off)
-    samples_per_insert_tolerance: float = 0.0  # how far the achieved ratio may drift, in transitions
+    checkpoint: bool = False         # DQN: save the contents with every checkpoint (exact resume)
+    num_shards: int = 2              # Ape-X: replay shards (Ray actors with parallel=distributed)

@@ -9,7 +9,6 @@ samplers use as keys for their own per-item state (priorities).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 Fields = dict[str, tuple[tuple[int, ...], np.dtype]]
 
@@ -79,6 +78,8 @@ class RingStorage:
         return {name: array[indices] for name, array in self._arrays.items()}
 
     def state_dict(self) -> dict:
+        import torch  # the learner checkpoints; actors and shards need no torch
+
         """Tensors sharing memory with the filled slots (a checkpoint must not copy a buffer that
         may hold most of the machine's memory); save it before the next `add`."""
         return {

@@ -14,7 +14,6 @@ a leaf of priority 0 (see `find`).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 
 def _sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -88,6 +87,8 @@ class SumTree:
 
     def state_dict(self) -> dict:
         """The leaves only (no copy); the inner nodes are rebuilt on load."""
+        import torch  # the learner checkpoints; actors and shards need no torch
+
         return {"leaves": torch.from_numpy(self._nodes[self._leaf0 : self._leaf0 + self.capacity]),
                 "max_priority": self.max_priority}
 

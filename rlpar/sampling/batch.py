@@ -73,6 +73,9 @@ class Batch:
     # rollout, and stepping this one (summed over workers): how long actors sit idle.
     actor_idle_s: float = 0.0
     actor_busy_s: float = 0.0
+    # What an algorithm's own worker class adds (e.g. Ape-X's prioritised transitions, when no
+    # replay shard takes them directly): name -> one entry per contributing worker, in order.
+    extras: dict[str, list] = field(default_factory=dict)
 
     @property
     def num_steps(self) -> int:
@@ -112,6 +115,8 @@ class Batch:
             env_restarts=sum(b.env_restarts for b in batches),
             actor_idle_s=sum(b.actor_idle_s for b in batches),
             actor_busy_s=sum(b.actor_busy_s for b in batches),
+            extras={name: [entry for b in batches for entry in b.extras.get(name, [])]
+                    for name in dict.fromkeys(name for b in batches for name in b.extras)},
         )
 
     def copy(self) -> "Batch":
@@ -127,6 +132,7 @@ class Batch:
             env_restarts=self.env_restarts,
             actor_idle_s=self.actor_idle_s,
             actor_busy_s=self.actor_busy_s,
+            extras={name: list(entries) for name, entries in self.extras.items()},
         )
 
 

@@ -24,9 +24,11 @@ class LocalSampler(Sampler):
         sync_mode: str = "blocking",
         max_policy_lag: int | None = 0,
         worker_class=RolloutWorker,
+        worker_options: dict | None = None,
     ):
         """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
-        always on-policy (validation refuses non_blocking). `worker_class`: see sampling.base.Worker."""
+        always on-policy (validation refuses non_blocking). `worker_class` and `worker_options`: see
+        WorkerPoolSampler."""
         self.num_envs = num_workers * envs_per_worker
         self.worker = worker_class(
             env_spec=env_spec,
@@ -34,6 +36,7 @@ class LocalSampler(Sampler):
             num_envs=self.num_envs,
             rollout_length=rollout_length,
             seed=seed,
+            **(worker_options or {}),
         )
         self._timings: dict = {}
         self.env_restarts = 0

@@ -61,7 +61,7 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwa
                 worker.set_weights(weights, version)
             batch = worker.sample(out=out)
             stats = (batch.episode_returns, batch.episode_lengths, batch.episode_ends, batch.raw_obs_sums, version,
-                     batch.env_restarts, batch.actor_idle_s, batch.actor_busy_s)
+                     batch.env_restarts, batch.actor_idle_s, batch.actor_busy_s, batch.extras)
             conn.send(("done", stats))
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
@@ -153,11 +153,11 @@ class MultiprocessSampler(WorkerPoolSampler):
         results = []
         for worker, result in self._answers(workers, timeout, "done"):
             if not isinstance(result, WorkerFailure):
-                returns, lengths, ends, moments, version, env_restarts, idle_s, busy_s = result
+                returns, lengths, ends, moments, version, env_restarts, idle_s, busy_s, extras = result
                 result = Batch(**_columns(self.arrays, self._columns_of(worker)), episode_returns=returns,
                                episode_lengths=lengths, episode_ends=ends, raw_obs_sums=moments,
                                policy_versions=[version], env_restarts=env_restarts, actor_idle_s=idle_s,
-                               actor_busy_s=busy_s)
+                               actor_busy_s=busy_s, extras=extras)
             results.append((worker, result))
         return results
 

@@ -51,9 +51,12 @@ class WorkerPoolSampler(Sampler):
         start_timeout_s: float = 300.0,
         min_live_workers: int = 1,
         worker_class=RolloutWorker,
+        worker_options: dict | None = None,
     ):
-        """`worker_class` (sampling.base.Worker) is what each worker process or actor runs."""
+        """`worker_class` (sampling.base.Worker) is what each worker process or actor runs, with
+        `worker_options` added to its arguments (what the algorithm's worker class needs)."""
         self.env_spec, self.policy_spec, self.worker_class = env_spec, policy_spec, worker_class
+        self.worker_options = dict(worker_options or {})
         self.rollout_length, self.seed = rollout_length, seed
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
@@ -86,6 +89,7 @@ class WorkerPoolSampler(Sampler):
             seed=self.seed,
             first_env_index=worker * self.envs_per_worker,
             generation=self.generation[worker],
+            **self.worker_options,
         )
 
     def start_workers(self) -> None:

@@ -1,4 +1,4 @@
-"""CartPole-v1 A2C: rlpar against Stable-Baselines3 with RL-Zoo's settings, in one run.
+"""CartPole-v1 A2C or DQN (`--algo`): rlpar against Stable-Baselines3 with RL-Zoo's settings, in one run.
 
 Stable-Baselines3 lives in its own environment, which sees the main .venv's packages (the same
 torch, Gymnasium and numpy) through a .pth file:
@@ -10,7 +10,8 @@ torch, Gymnasium and numpy) through a .pth file:
 
 Then, from the repository root:
 
-    .venv/bin/python benchmarks/compare_sb3_a2c.py --seeds 0 1 2
+    .venv/bin/python benchmarks/compare_sb3_cartpole.py --algo a2c --seeds 0 1 2
+    .venv/bin/python benchmarks/compare_sb3_cartpole.py --algo dqn --seeds 0 1 2 --budget 100000
 
 Three runs per seed, each in a fresh process, one after the other (their order rotates with the
 seed, so that drift of this shared machine's speed does not favour one side):
@@ -23,6 +24,12 @@ seed, so that drift of this shared machine's speed does not favour one side):
   preset, `parallel=local`, one torch thread, checkpoints and TensorBoard included).
 * `rlpar-zoo`: rlpar's A2C with RL-Zoo's settings above (rlpar's value loss is half the squared
   error, so SB3's vf_coef 0.5 is rlpar's value_coef 1.0).
+
+With `--algo dqn`: `sb3` is SB3's DQN with RL-Zoo's CartPole-v1 settings (`hyperparams/dqn.yml`:
+lr 2.3e-3, batch 64, buffer 100k, learning_starts 1000, gamma 0.99, target_update_interval 10,
+train_freq 256, gradient_steps 128, exploration_fraction 0.16, exploration_final_eps 0.04,
+net_arch [256, 256], one environment), one torch thread; `rlpar-preset` is what
+`python main.py algo=dqn total_steps=<budget>` trains.
 
 Each trains for the same number of env steps (`--budget`). Clocks: from the start of training
 (after imports and set-up: SB3's `_on_training_start`, rlpar's first iteration) to the first
@@ -57,7 +64,7 @@ WINDOW = 20  # episodes in the mean, as rlpar's episode_return_mean
 # rlpar's A2C with RL-Zoo's CartPole-v1 settings (every key that the preset would otherwise set).
 RLPAR_ZOO = ["algo.rollout_length=5", "algo.lr=7e-4", "algo.anneal_lr=false", "algo.gamma=0.99", "algo.entropy_coef=0.0",
              "algo.value_coef=1.0", "envs_per_worker=8"]
-SIDES = ("sb3", "rlpar-preset", "rlpar-zoo")
+SIDES = {"a2c": ("sb3", "rlpar-preset", "rlpar-zoo"), "dqn": ("sb3", "rlpar-preset")}
 
 
 class Clock:
@@ -82,9 +89,9 @@ def report(result: dict) -> None:
 
 
 # -- Stable-Baselines3 (runs in benchmarks/.venv-sb3) -------------------------------------------
-def run_sb3(seed: int, budget: int) -> dict:
+def run_sb3(algo: str, seed: int, budget: int) -> dict:
     import torch
-    from stable_baselines3 import A2C
+    from stable_baselines3 import A2C, DQN
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -102,8 +109,14 @@ def run_sb3(seed: int, budget: int) -> dict:
                 self.reached = (self.num_timesteps, *self.clock.read())
             return True
 
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    model = A2C("MlpPolicy", env, seed=seed, ent_coef=0.0, device="cpu", verbose=0)  # RL-Zoo: CartPole-v1
+    if algo == "a2c":  # RL-Zoo: CartPole-v1
+        model = A2C("MlpPolicy", make_vec_env("CartPole-v1", n_envs=8, seed=seed), seed=seed, ent_coef=0.0, device="cpu",
+                    verbose=0)
+    else:
+        model = DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=seed), seed=seed, learning_rate=2.3e-3,
+                    batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99, target_update_interval=10,
+                    train_freq=256, gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                    policy_kwargs={"net_arch": [256, 256]}, device="cpu", verbose=0)
     watch = Watch()
     model.learn(total_timesteps=budget, callback=watch)
     final = sum(watch.returns) / len(watch.returns) if watch.returns else None
@@ -111,13 +124,13 @@ def run_sb3(seed: int, budget: int) -> dict:
 
 
 # -- rlpar (runs in .venv) ---------------------------------------------------------------------
-def run_rlpar(seed: int, budget: int, overrides: list[str]) -> dict:
+def run_rlpar(algo: str, seed: int, budget: int, overrides: list[str]) -> dict:
     sys.path.insert(0, str(ROOT))
     from rlpar.config.compose import compose_config
     from rlpar.runtime.build import build_trainer
 
     with tempfile.TemporaryDirectory() as run_dir:
-        config = compose_config(["algo=a2c", f"seed={seed}", f"total_steps={budget}", "progress=false", *overrides],
+        config = compose_config([f"algo={algo}", f"seed={seed}", f"total_steps={budget}", "progress=false", *overrides],
                                 run_dir=run_dir)
         trainer = build_trainer(config)
         reached, metrics, clock = None, {}, Clock()
@@ -142,7 +155,7 @@ def wait_for_quiet(max_load: float, wait_s: float) -> float:
 
 def measure(side: str, seed: int, args) -> dict:
     python = SB3_PYTHON if side == "sb3" else RLPAR_PYTHON
-    command = [str(python), __file__, side, "--seed", str(seed), "--budget", str(args.budget)]
+    command = [str(python), __file__, side, "--algo", args.algo, "--seed", str(seed), "--budget", str(args.budget)]
     load = wait_for_quiet(args.max_load, args.wait_s)
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -159,14 +172,15 @@ def driver(args) -> None:
     import torch
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()}, {os.cpu_count()} CPUs, python "
-          f"{platform.python_version()}, torch {torch.__version__}; budget {args.budget:,} env steps", flush=True)
+          f"{platform.python_version()}, torch {torch.__version__}; {args.algo}, budget {args.budget:,} env steps", flush=True)
     print("| seed | run | load at start | steps to 475 | s to 475 (CPU s) | train s (CPU s) | env steps/s (per CPU s) "
           "| final return |")
     print("|---|---|---|---|---|---|---|---|", flush=True)
     results = []
     for seed in args.seeds:
-        shift = seed % len(SIDES)
-        for side in SIDES[shift:] + SIDES[:shift]:
+        sides = SIDES[args.algo]
+        shift = seed % len(sides)
+        for side in sides[shift:] + sides[:shift]:
             r = measure(side, seed, args)
             r["fps"], r["cpu_fps"] = r["env_steps"] / r["train_s"], r["env_steps"] / r["train_cpu_s"]
             results.append(r)
@@ -175,7 +189,7 @@ def driver(args) -> None:
                   f"({r['cpu_fps']:,.0f}) | {fmt(r['final_return'], '.1f')} |", flush=True)
     print("\n| run | seeds reaching 475 | steps to 475 | s to 475 (CPU s) | env steps/s (per CPU s) |")
     print("|---|---|---|---|---|")
-    for side in SIDES:  # medians over the seeds
+    for side in SIDES[args.algo]:  # medians over the seeds
         mine = [r for r in results if r["side"] == side]
         reached = [r for r in mine if r["steps_to_475"] is not None]
         median = lambda key, rows=reached: statistics.median(r[key] for r in rows) if rows else None  # noqa: E731
@@ -186,7 +200,8 @@ def driver(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", nargs="?", default="driver", choices=("driver", *SIDES))
+    parser.add_argument("mode", nargs="?", default="driver", choices=("driver", *SIDES["a2c"]))
+    parser.add_argument("--algo", choices=tuple(SIDES), default="a2c")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=int, default=300_000)
@@ -196,9 +211,9 @@ def main() -> None:
     if args.mode == "driver":
         driver(args)
     elif args.mode == "sb3":
-        report(run_sb3(args.seed, args.budget))
+        report(run_sb3(args.algo, args.seed, args.budget))
     else:
-        report(run_rlpar(args.seed, args.budget, RLPAR_ZOO if args.mode == "rlpar-zoo" else []))
+        report(run_rlpar(args.algo, args.seed, args.budget, RLPAR_ZOO if args.mode == "rlpar-zoo" else []))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""Ape-X (Horgan et al. 2018): many actors, each exploring at its own rate, feed a prioritised
+replay split over shards; one learner samples it and sends back new priorities.
+
+One iteration: take the rollouts that have arrived (actors never wait: `non_blocking`) -> with
+parallel=distributed the actors have already written their n-step transitions, with priorities
+from their own Q copy, straight into the replay shards (Ray actors named `ReplayShard`, spread
+over the nodes); otherwise the transitions come back with the batch and go into shards in this
+process -> `replay_ratio` gradient steps per env step, DQN's (double-Q, n-step, Huber, importance
+weights), each minibatch from the next shard in turn, the following one already requested
+(prefetch) -> new priorities back to the shards -> weights, the per-environment ε and the shard
+handles published to the actors.
+
+Exploration: environment i of N explores with ε_i = ε^(1 + α i / (N - 1)) (ε = 0.4, α = 7:
+Ape-X's per-actor rates, with one environment per actor exactly the paper's). The run's episode
+statistics count the greedier half of the environments (ε_i at or below the median), whose
+returns say what the policy has learned; `episode_return_mean_all` counts every environment.
+
+A shard that dies is started again, empty, counted in `replay_shard_restarts`; training goes on
+with the others, and the actors get the new handle with the next weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlpar.algos.dqn import DQN
+from rlpar.replay.actor import PrioritizingWorker
+from rlpar.replay.shard import ReplayShard
+
+
+class ApeX(DQN):
+    sync_mode = "non_blocking"
+    max_policy_lag = None
+    worker_class = PrioritizingWorker
+    # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
+    # write raw rewards.
+    KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale")
+
+    @classmethod
+    def worker_options(cls, algo_config: dict) -> dict:
+        return {"n_step": algo_config["n_step"], "gamma": algo_config["gamma"]}
+
+    def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
+        """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
+        self.exploration_epsilon, self.exploration_alpha = exploration_epsilon, exploration_alpha
+        super().__init__(**dqn_kwargs)
+        self.env_epsilons = self.actor_epsilons(self.sampler.num_envs)
+        self.greedy_envs = self.env_epsilons <= np.median(self.env_epsilons)
+
+    def epsilon(self) -> float:
+        """The median actor's (the per-actor rates are in the weights)."""
+        return float(np.median(self.env_epsilons)) if hasattr(self, "env_epsilons") else self.exploration_epsilon
+
+    def actor_epsilons(self, count: int) -> np.ndarray:
+        exponents = 1.0 + self.exploration_alpha * np.arange(count) / max(count - 1, 1)
+        return self.exploration_epsilon ** exponents
+
+    # -- the sharded replay -----------------------------------------------------------------
+    def build_replay(self) -> None:
+        self.ray = getattr(self.sampler, "ray", None)  # Ray actors when the sampler runs on Ray
+        self.num_shards = self.replay_settings.num_shards
+        self.shards = [self.start_shard(i) for i in range(self.num_shards)]
+        self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
+        self.turn = 0
+        self.shard_restarts = 0
+
+    def start_shard(self, index: int):
+        replay = self.replay_settings
+        kwargs = dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
+                      alpha=replay.alpha, beta_start=replay.beta_start, beta_end=replay.beta_end,
+                      beta_steps=max(self.beta_steps // self.num_shards, 1), seed=self.seed + 1000 * index)
+        if self.ray is None:
+            return ReplayShard(**kwargs)
+        # Shard i on node i mod nodes (soft: elsewhere if that node is gone). Ray's SPREAD
+        # strategy packed zero-CPU actors onto one node.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"])
+        placement = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=True)
+        return self.ray.remote(ReplayShard).options(num_cpus=0, scheduling_strategy=placement).remote(**kwargs)
+
+    def call(self, index: int, method: str, *args):
+        """A shard's answer; None after restarting a shard that died."""
+        shard = self.shards[index]
+        if self.ray is None:
+            return getattr(shard, method)(*args)
+        try:
+            return self.ray.get(getattr(shard, method).remote(*args), timeout=60)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
+            self.restart_shard(index)
+            return None
+
+    def restart_shard(self, index: int) -> None:
+        try:
+            self.ray.kill(self.shards[index])
+        except Exception:
+            pass  # already gone
+        self.shards[index] = self.start_shard(index)
+        self.prefetched.pop(index, None)
+        self.shard_restarts += 1
+        self.version += 1  # actors receive the new handle with the next weights
+
+    def get_weights(self) -> dict:
+        weights = {**super().get_weights(), "epsilon": self.env_epsilons}
+        if self.ray is not None:
+            weights["replay_shards"] = list(self.shards)
+        return weights
+
+    def insert(self, batch) -> int:
+        """Transitions that came back with the batch go into the shards here, in turn; those the
+        actors wrote themselves are only counted."""
+        count = sum(batch.extras.get("written", []))
+        for transitions, priorities in zip(batch.extras.get("transitions", []), batch.extras.get("priorities", [])):
+            count += self.shards[self.turn % self.num_shards].add(transitions, priorities)
+            self.turn += 1
+        self.inserted += count
+        return count
+
+    def next_minibatch(self):
+        """From the next shard holding a minibatch; on Ray its following one is requested at once."""
+        for _ in range(self.num_shards):
+            index = self.turn % self.num_shards
+            self.turn += 1
+            if self.ray is None:
+                drawn = self.shards[index].sample(self.batch_size)
+            else:
+                drawn = self.fetch(index)
+            if drawn is not None:
+                slots, weights, transitions, self.last_beta = drawn
+                return (index, slots), weights, transitions
+        return None
+
+    def fetch(self, index: int):
+        request = self.prefetched.pop(index, None) or self.shards[index].sample.remote(self.batch_size)
+        try:
+            drawn = self.ray.get(request, timeout=60)
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
+            self.restart_shard(index)
+            return None
+        self.prefetched[index] = self.shards[index].sample.remote(self.batch_size)
+        return drawn
+
+    def report_priorities(self, where, td_errors) -> None:
+        index, slots = where
+        if self.ray is None:
+            self.shards[index].update_priorities(slots, td_errors)
+        else:
+            self.shards[index].update_priorities.remote(slots, td_errors)  # not waited for
+
+    def replay_size(self) -> int:
+        sizes = [self.call(i, "stats") for i in range(self.num_shards)]
+        return sum(s["size"] for s in sizes if s is not None)
+
+    def beta(self) -> float:
+        return getattr(self, "last_beta", self.replay_settings.beta_start)
+
+    def training_step(self):
+        result = super().training_step()
+        result.metrics.update(replay_shards=self.num_shards, replay_shard_restarts=self.shard_restarts,
+                              episode_return_mean_all=self.all_returns_mean)
+        return result
+
+    def reported_episodes(self, batch) -> tuple[list, list]:
+        """The greedier half of the environments' episodes (see the module's docstring)."""
+        greedy = [self.greedy_envs[batch.env_ids[column]] for _, column in batch.episode_ends]
+        returns = [r for r, keep in zip(batch.episode_returns, greedy) if keep]
+        lengths = [n for n, keep in zip(batch.episode_lengths, greedy) if keep]
+        self.all_returns_mean = float(np.mean(batch.episode_returns)) if batch.episode_returns else None
+        return returns, lengths
+
+    # -- checkpoints: the shards' contents are not saved (a resumed run refills them) ----------
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.pop("replay", None)
+        return state
+
+    def close(self) -> None:
+        if self.ray is not None:
+            for shard in self.shards:
+                try:
+                    self.ray.kill(shard)
+                except Exception:
+                    pass
+        super().close()

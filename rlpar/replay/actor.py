@@ -1,0 +1,64 @@
+"""Ape-X's actor: a rollout worker that prioritises its own experience.
+
+Each rollout becomes n-step transitions (followed per global environment id) whose initial
+priorities are the |n-step TD error| under the actor's own copy of the Q-network, so a new
+transition enters the replay with a meaningful priority instead of the maximum (Horgan et al.
+2018). With replay shards (Ray actor handles that come with the weights, parallel=distributed)
+the actor writes to them itself, round-robin, and the learner only sees episode statistics;
+without, the transitions travel back with the batch (`Batch.extras`) to the learner's replay.
+Numpy only: no torch in actors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlpar.replay.nstep import NStepWriter
+from rlpar.sampling.rollout import RolloutWorker
+
+MAX_WRITES_IN_FLIGHT = 2  # per actor: backpressure when the shards fall behind
+
+
+class PrioritizingWorker(RolloutWorker):
+    def __init__(self, *, n_step: int, gamma: float, **rollout_kwargs):
+        super().__init__(**rollout_kwargs)
+        self.writer = NStepWriter(n=n_step, gamma=gamma)
+        self.shards: list | None = None
+        self.writes_in_flight: list = []
+        self.rollouts = 0
+
+    def set_weights(self, weights: dict, version: int) -> None:
+        super().set_weights(weights, version)
+        self.shards = weights.get("replay_shards")  # new handles after a shard was restarted
+
+    def sample(self, out=None):
+        batch = super().sample(out)
+        transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=batch.rewards,
+                                      terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
+                                      env_ids=batch.env_ids, last_obs=batch.last_obs)
+        count = len(transitions["actions"])
+        if count == 0:
+            batch.extras = {"written": [0]}
+        elif self.shards:
+            self.write(transitions, self.priorities(transitions))
+            batch.extras = {"written": [count]}
+        else:
+            batch.extras = {"transitions": [transitions], "priorities": [self.priorities(transitions)]}
+        return batch
+
+    def priorities(self, transitions: dict) -> np.ndarray:
+        q = self.policy.q_values(transitions["obs"])
+        taken = q[np.arange(len(q)), transitions["actions"]]
+        bootstrap = self.policy.q_values(transitions["next_obs"]).max(axis=1)
+        return np.abs(transitions["rewards"] + transitions["discounts"] * bootstrap - taken)
+
+    def write(self, transitions: dict, priorities: np.ndarray) -> None:
+        """To the next shard in turn, without waiting for it unless writes pile up. A write to a
+        shard that died is lost; the learner restarts the shard and sends its new handle."""
+        import ray
+
+        shard = self.shards[(self.first_env_index + self.rollouts) % len(self.shards)]
+        self.rollouts += 1
+        self.writes_in_flight.append(shard.add.remote(transitions, priorities))
+        if len(self.writes_in_flight) > MAX_WRITES_IN_FLIGHT:
+            _, self.writes_in_flight = ray.wait(self.writes_in_flight, num_returns=1)
