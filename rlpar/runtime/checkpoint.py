@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import io
 import os
 import re
 from collections.abc import Mapping
@@ -43,12 +42,13 @@ class Checkpointer:
     def save(self, state: dict, iteration: int) -> Path:
         path = self.directory / f"checkpoint_{iteration:08d}.pt"
         tmp = path.with_name(path.name + ".tmp")
-        buffer = io.BytesIO()
-        torch.save(with_checksums(state), buffer)
+        state = with_checksums(state)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            # Straight to the file, not through an in-memory copy: a checkpoint holding a large
+            # replay buffer must not need twice its size in memory.
             with open(tmp, "wb") as handle:
-                handle.write(buffer.getbuffer())
+                torch.save(state, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
@@ -83,7 +83,8 @@ def _feed(digest, value) -> None:
     if isinstance(value, torch.Tensor):
         flat = value.detach().cpu().contiguous().reshape(-1)
         digest.update(f"T{value.dtype}{tuple(value.shape)}".encode())
-        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        if flat.numel():
+            digest.update(flat.view(torch.uint8).numpy())  # hashed in place, not copied to bytes
     elif isinstance(value, Mapping):
         digest.update(f"M{len(value)}".encode())
         for key in sorted(value, key=repr):
