@@ -168,11 +168,9 @@ class ApeX(DQN):
         self.all_returns_mean = float(np.mean(batch.episode_returns)) if batch.episode_returns else None
         return returns, lengths
 
-    # -- checkpoints: the shards' contents are not saved (a resumed run refills them) ----------
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        state.pop("replay", None)
-        return state
+    def replay_state(self) -> None:
+        """The shards' contents are not checkpointed: a resumed run refills them."""
+        return None
 
     def close(self) -> None:
         if self.ray is not None:

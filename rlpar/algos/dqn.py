@@ -137,7 +137,7 @@ class DQN(Algorithm):
                                       env_ids=batch.env_ids, last_obs=batch.last_obs)
         count = len(transitions["actions"])
         if count:
-            indices = self.storage.add({k: transitions[k] for k in ("obs", "actions", "rewards", "next_obs", "discounts")})
+            indices = self.storage.add({name: transitions[name] for name in self.storage.fields})
             self.replay.on_insert(indices)  # uniform sampling: a no-op
         self.inserted += count
         return count
@@ -204,10 +204,16 @@ class DQN(Algorithm):
         state = {**super().state_dict(), "target_model": self.target_model.state_dict(),
                  "counters": {"update_credit": self.update_credit, "gradient_steps": self.gradient_steps,
                               "updates": self.updates, "inserted": self.inserted, "sampled": self.sampled}}
-        if self.replay_settings.checkpoint:
-            state["replay"] = {"storage": self.storage.state_dict(), "sampler": self.replay.state_dict(),
-                               "writer": self.writer.state_dict()}
+        replay = self.replay_state()
+        if replay is not None:
+            state["replay"] = replay
         return state
+
+    def replay_state(self) -> dict | None:
+        if not self.replay_settings.checkpoint:
+            return None
+        return {"storage": self.storage.state_dict(), "sampler": self.replay.state_dict(),
+                "writer": self.writer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -183,6 +183,9 @@ def _check_replay(c: _Checker) -> None:
         value = c.get(f"algo.{name}")
         if isinstance(capacity, int) and isinstance(value, int) and value > capacity:
             c.problems.append(f"algo.{name}: {value} is more than algo.replay.capacity ({capacity})")
+    if str(c.get("algo._target_")).endswith(".ApeX") and c.get("algo.replay.checkpoint"):
+        c.problems.append("algo.replay.checkpoint: Ape-X's replay shards are not checkpointed (a resumed run refills "
+                          "them); drop the key")
     if not str(c.get("model._target_") or "").endswith("QNetworkSpec"):
         c.problems.append(f"model: algo={c.get('algo.name')} learns Q-values and needs model=q_network, "
                           f"got {c.get('model._target_')}")
