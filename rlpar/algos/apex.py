@@ -71,12 +71,12 @@ class ApeX(DQN):
                       beta_steps=max(self.beta_steps // self.num_shards, 1), seed=self.seed + 1000 * index)
         if self.ray is None:
             return ReplayShard(**kwargs)
-        # Shard i on node i mod nodes (soft: elsewhere if that node is gone). Ray's SPREAD
-        # strategy packed zero-CPU actors onto one node.
+        # Shard i on the i-th live node (mod their number), chosen afresh at every (re)start. Ray's
+        # SPREAD strategy, and a soft node affinity, put zero-CPU actors on one node 1 time in 4.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"])
-        placement = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=True)
+        placement = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=False)
         return self.ray.remote(ReplayShard).options(num_cpus=0, scheduling_strategy=placement).remote(**kwargs)
 
     def call(self, index: int, method: str, *args):
