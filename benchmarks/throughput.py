@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/throughput.py scaling            # workers 1..16 x 3 modes
     .venv/bin/python benchmarks/throughput.py table [SEEDS...]   # the seed design's Pendulum table
+    .venv/bin/python benchmarks/throughput.py apex [SEED]        # Ape-X on CartPole, workers 1..16
 
 `fps` is env steps over the wall-clock of training (sampling, transfer, learning, weight sync;
 not process start-up); `sampler fps` is env steps over the time spent sampling only.
@@ -34,7 +35,11 @@ def run(overrides: list[str]) -> dict:
         rows = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
     last = rows[-1]
     sample_s = sum(r["time_sample_s"] + r.get("time_transfer_s", 0.0) for r in rows)
+    solved = next((r for r in rows if (r["episode_return_mean"] or float("-inf")) >= 475), None)
     return {
+        "steps_to_475": solved and solved["env_steps"],
+        "s_to_475": solved and solved["wall_time_s"],
+        "replay_shards": last.get("replay_shards"),
         "fps": last["env_steps"] / last["wall_time_s"],
         "sampler_fps": last["env_steps"] / sample_s,
         "return": last["episode_return_mean"],
@@ -80,10 +85,27 @@ def table(seeds=(0, 1, 2)) -> None:
                   f"{r['process_s']:.1f} |", flush=True)
 
 
+def apex(seed: int = 0, total_steps: int = 100_000) -> None:
+    """Ape-X's CartPole preset (8 environments in all, split over the workers; 2 replay shards)
+    on Ray actors: throughput and time to a mean return of 475 against the number of actors."""
+    print("| workers | envs | fps (training incl.) | sampler fps | steps to 475 | s to 475 | replay shards | process s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for workers in (1, 2, 4, 8, 16):
+        r = run(["algo=apex", "parallel=distributed", f"workers={workers}", f"seed={seed}", f"total_steps={total_steps}"])
+        if "error" in r:
+            print(f"| {workers} | | failed: {r['error']} | | | | | |", flush=True)
+            continue
+        envs = workers * -(-8 // workers)
+        print(f"| {workers} | {envs} | {r['fps']:,.0f} | {r['sampler_fps']:,.0f} | {r['steps_to_475'] or 'not reached'} | "
+              f"{r['s_to_475'] or 'not reached'} | {r['replay_shards']} | {r['process_s']:.1f} |", flush=True)
+
+
 if __name__ == "__main__":
     print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()} {platform.machine()}, python {platform.python_version()}")
     mode = sys.argv[1] if len(sys.argv) > 1 else "scaling"
     if mode == "table":
         table(tuple(int(s) for s in sys.argv[2:]) or (0, 1, 2))
+    elif mode == "apex":
+        apex(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     else:
         scaling()
