@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.processes import descendants_of, stat, still_running  # noqa: E402
+from tests.processes import descendants_of, orphans, still_running  # noqa: E402
 
 PR_SET_CHILD_SUBREAPER = 36
 # When the first signal lands: seconds after the launch, or once training has begun.
@@ -57,17 +57,6 @@ def wait_for_moment(proc: subprocess.Popen, run_dir: Path, moment: str, started:
             break
         time.sleep(0.02)
     return family
-
-
-def orphans(me: int, earlier: set) -> dict:
-    """Processes re-parented to this subreaper since `earlier` (and their descendants)."""
-    found = {}
-    for (pid, started), command in descendants_of(me).items():
-        info = stat(pid)
-        if info and info[0] == me and (pid, started) not in earlier:
-            found[(pid, started)] = command
-            found.update(descendants_of(pid))
-    return found
 
 
 def one_run(*, moment: str, spacing: float, sig: signal.Signals, me: int) -> dict:

@@ -44,6 +44,18 @@ def descendants_of(pid: int) -> dict[tuple[int, int], str]:
     return found
 
 
+def orphans(me: int, earlier) -> dict[tuple[int, int], str]:
+    """Processes re-parented to `me` (a subreaper) that were not among `earlier`, and their
+    descendants: what a stopped run left behind."""
+    found = {}
+    for (pid, started), command in descendants_of(me).items():
+        info = stat(pid)
+        if info and info[0] == me and (pid, started) not in earlier:
+            found[(pid, started)] = command
+            found.update(descendants_of(pid))
+    return found
+
+
 def still_running(processes: dict[tuple[int, int], str]) -> dict[int, str]:
     """Those of `processes` still running (the same ones: a reused pid has another start time)."""
     alive = {}

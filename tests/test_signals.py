@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import cmdline, default_sigint, descendants_of, running, stat, still_running, wait_until
+from tests.processes import (cmdline, default_sigint, descendants_of, orphans, running, stat, still_running,
+                             wait_until)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,25 +64,19 @@ def adopted_orphans():
 
     def adopted() -> dict[tuple[int, int], str]:
         """New children of ours, once the test's own (main.py) has been waited for, are orphans."""
-        found = {}
-        for (pid, started), command in descendants_of(me).items():
-            info = stat(pid)
-            if info and info[0] == me and (pid, started) not in earlier:
-                found[(pid, started)] = command
-                found.update(descendants_of(pid))
-        return found
+        return orphans(me, earlier)
 
     try:
         yield adopted
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-        orphans = adopted()
-        for pid in still_running(orphans):
+        left = adopted()
+        for pid in still_running(left):
             try:
                 os.kill(pid, signal.SIGKILL)  # only processes this test started
             except OSError:
                 pass
-        for pid, _ in orphans:
+        for pid, _ in left:
             try:
                 os.waitpid(pid, 0)  # reap those re-parented here (others are not our children)
             except ChildProcessError:
