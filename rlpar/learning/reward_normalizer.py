@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from rlpar.learning.moments import merge_moments
+from rlpar.sampling.batch import rounds_of_distinct_envs
 
 
 class RewardNormalizer:
@@ -28,14 +29,10 @@ class RewardNormalizer:
         if not self.enabled:
             return rewards
         returns = np.zeros(rewards.shape, np.float64)
-        # A column whose environment appears earlier in the batch (one worker's two rollouts)
-        # continues from that earlier column: columns are processed in rounds of distinct ids.
         env_ids = np.asarray(env_ids)
         if len(env_ids) and env_ids.max() >= len(self.discounted):
             self.discounted = np.concatenate([self.discounted, np.zeros(env_ids.max() + 1 - len(self.discounted))])
-        seen_before = np.array([np.count_nonzero(env_ids[:i] == e) for i, e in enumerate(env_ids)])
-        for round_ in range(seen_before.max() + 1 if len(env_ids) else 0):
-            columns = np.flatnonzero(seen_before == round_)
+        for columns in rounds_of_distinct_envs(env_ids):
             returns[:, columns] = self._follow(rewards[:, columns], env_ids[columns], terminated[:, columns],
                                                truncated[:, columns], valid[:, columns])
         steps = returns[valid]

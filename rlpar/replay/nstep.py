@@ -18,16 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _occurrence(env_ids: np.ndarray) -> np.ndarray:
-    """For each column, how many earlier columns hold the same environment (its rollout's rank)."""
-    order = np.argsort(env_ids, kind="stable")
-    ranked = env_ids[order]
-    starts = np.r_[True, ranked[1:] != ranked[:-1]] if len(ranked) else np.zeros(0, bool)
-    positions = np.arange(len(ranked))
-    rank = np.empty(len(ranked), np.int64)
-    rank[order] = positions - np.maximum.accumulate(np.where(starts, positions, 0))
-    return rank
+from rlpar.sampling.batch import rounds_of_distinct_envs
 
 
 class NStepWriter:
@@ -62,12 +53,8 @@ class NStepWriter:
         obs, actions, rewards, next_obs, discounts, env_ids, each [M, ...]."""
         env_ids = np.asarray(env_ids, dtype=np.int64)
         self._grow(env_ids, obs, actions)
-        # One environment twice in a batch (one worker's two rollouts): the second continues the
-        # first, so columns go in rounds of distinct environments.
-        rank = _occurrence(env_ids)
         parts = []
-        for round_ in range(int(rank.max()) + 1 if len(rank) else 0):
-            cols = np.flatnonzero(rank == round_)
+        for cols in rounds_of_distinct_envs(env_ids):
             parts.append(self._add_columns(obs[:, cols], actions[:, cols], rewards[:, cols], terminated[:, cols],
                                            truncated[:, cols], valid[:, cols], env_ids[cols], last_obs[cols]))
         if not parts:
