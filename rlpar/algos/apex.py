@@ -63,6 +63,7 @@ class ApeX(DQN):
         self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
         self.turn = 0
         self.shard_restarts = 0
+        self.last_beta = self.replay_settings.beta_start  # the importance exponent of the latest minibatch
 
     def start_shard(self, index: int):
         replay = self.replay_settings
@@ -79,13 +80,11 @@ class ApeX(DQN):
         placement = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=False)
         return self.ray.remote(ReplayShard).options(num_cpus=0, scheduling_strategy=placement).remote(**kwargs)
 
-    def call(self, index: int, method: str, *args):
-        """A shard's answer; None after restarting a shard that died."""
-        shard = self.shards[index]
-        if self.ray is None:
-            return getattr(shard, method)(*args)
+    def answer(self, index: int, request):
+        """What a request to Ray shard `index` returns; None after restarting a shard that died
+        or did not answer within a minute."""
         try:
-            return self.ray.get(getattr(shard, method).remote(*args), timeout=60)
+            return self.ray.get(request, timeout=60)
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
             self.restart_shard(index)
             return None
@@ -132,12 +131,10 @@ class ApeX(DQN):
 
     def fetch(self, index: int):
         request = self.prefetched.pop(index, None) or self.shards[index].sample.remote(self.batch_size)
-        try:
-            drawn = self.ray.get(request, timeout=60)
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
-            self.restart_shard(index)
-            return None
-        self.prefetched[index] = self.shards[index].sample.remote(self.batch_size)
+        restarts = self.shard_restarts
+        drawn = self.answer(index, request)
+        if self.shard_restarts == restarts:  # the shard answered: ask for its next minibatch now
+            self.prefetched[index] = self.shards[index].sample.remote(self.batch_size)
         return drawn
 
     def report_priorities(self, where, td_errors) -> None:
@@ -148,11 +145,14 @@ class ApeX(DQN):
             self.shards[index].update_priorities.remote(slots, td_errors)  # not waited for
 
     def replay_size(self) -> int:
-        sizes = [self.call(i, "stats") for i in range(self.num_shards)]
-        return sum(s["size"] for s in sizes if s is not None)
+        if self.ray is None:
+            return sum(shard.stats()["size"] for shard in self.shards)
+        requests = [shard.stats.remote() for shard in self.shards]  # asked all at once, answered in turn
+        stats = [self.answer(index, request) for index, request in enumerate(requests)]
+        return sum(s["size"] for s in stats if s is not None)
 
     def beta(self) -> float:
-        return getattr(self, "last_beta", self.replay_settings.beta_start)
+        return self.last_beta
 
     def training_step(self):
         result = super().training_step()
