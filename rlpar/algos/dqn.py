@@ -101,6 +101,7 @@ class DQN(Algorithm):
 
     # -- one iteration ----------------------------------------------------------------------
     def training_step(self) -> StepResult:
+        began = time.perf_counter()
         batch, metrics = self.sample()
         start = time.perf_counter()
         self.steps_seen += batch.num_steps
@@ -110,12 +111,12 @@ class DQN(Algorithm):
         steps = int(self.update_credit)
         self.update_credit -= steps
         stats = self.learn(steps) if steps else {"gradient_steps": 0}
-        learn_s = time.perf_counter() - start
-        metrics.update(stats, time_learn_s=learn_s, epsilon=self.epsilon(), replay_size=self.replay_size(),
+        end = time.perf_counter()
+        step_s = max(end - began, 1e-9)  # rates over the whole iteration, sampling included
+        metrics.update(stats, time_learn_s=end - start, epsilon=self.epsilon(), replay_size=self.replay_size(),
                        replay_inserts=self.inserted, replay_samples=self.sampled,
                        samples_per_insert=self.sampled / max(self.inserted, 1), policy_version=self.version,
-                       inserts_per_s=inserted / max(learn_s, 1e-9),
-                       samples_per_s=stats["gradient_steps"] * self.batch_size / max(learn_s, 1e-9))
+                       inserts_per_s=inserted / step_s, samples_per_s=stats["gradient_steps"] * self.batch_size / step_s)
         if self.replay_settings.prioritized:
             metrics["beta"] = self.beta()
         return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
