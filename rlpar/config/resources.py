@@ -42,9 +42,12 @@ def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: in
 
 
 def replay_bytes_per_transition(obs_dim: int) -> int:
-    """float32 observation and next observation, int64 action, float32 reward and discount, and
-    a float64 priority in each of the sum tree's two halves."""
-    return 2 * 4 * obs_dim + 8 + 4 + 4 + 2 * 8
+    """A stored transition (the replay's own field layout) and a float64 priority in each of the
+    sum tree's two halves."""
+    from rlpar.replay.shard import transition_fields
+    from rlpar.replay.storage import RingStorage
+
+    return RingStorage.required_bytes(1, transition_fields(obs_dim)) + 2 * 8
 
 
 def memory_problem(estimate: dict[str, int], available: int | None = None) -> str | None:
