@@ -152,6 +152,8 @@ class RolloutWorker:
         last_obs[:] = normalize(self.raw_obs)
         bootstrap[:] = self.policy.value(last_obs)
         env_ids[:] = np.arange(self.first_env_index, self.first_env_index + N)
+        idle_s = started - self.last_rollout_end if self.last_rollout_end is not None else 0.0
+        self.last_rollout_end = time.perf_counter()
         return Batch(
             obs=obs_buf,
             actions=actions_buf,
@@ -170,13 +172,9 @@ class RolloutWorker:
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_versions=[self.policy_version],
             env_restarts=env_restarts(self.venv) - env_restarts_before,
-            actor_idle_s=started - self.last_rollout_end if self.last_rollout_end is not None else 0.0,
-            actor_busy_s=self._mark_rollout_end() - started,
+            actor_idle_s=idle_s,
+            actor_busy_s=self.last_rollout_end - started,
         )
-
-    def _mark_rollout_end(self) -> float:
-        self.last_rollout_end = time.perf_counter()
-        return self.last_rollout_end
 
     def close(self) -> None:
         self.venv.close()
