@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -119,21 +119,17 @@ class Batch:
                     for name in dict.fromkeys(name for b in batches for name in b.extras)},
         )
 
+    def details(self) -> dict:
+        """Everything but the arrays: episode statistics, versions, timings, extras (small and
+        picklable: what a worker sends beside the arrays it wrote into shared memory)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
+
     def copy(self) -> "Batch":
         """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
         arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
-        return Batch(
-            **arrays,
-            episode_returns=list(self.episode_returns),
-            episode_lengths=list(self.episode_lengths),
-            episode_ends=list(self.episode_ends),
-            raw_obs_sums=self.raw_obs_sums,
-            policy_versions=list(self.policy_versions),
-            env_restarts=self.env_restarts,
-            actor_idle_s=self.actor_idle_s,
-            actor_busy_s=self.actor_busy_s,
-            extras={name: list(entries) for name, entries in self.extras.items()},
-        )
+        details = {name: list(value) if isinstance(value, list) else value for name, value in self.details().items()}
+        details["extras"] = {name: list(entries) for name, entries in self.extras.items()}
+        return Batch(**arrays, **details)
 
 
 def rounds_of_distinct_envs(env_ids) -> list[np.ndarray]:

@@ -60,9 +60,7 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwa
             if weights is not None:
                 worker.set_weights(weights, version)
             batch = worker.sample(out=out)
-            stats = (batch.episode_returns, batch.episode_lengths, batch.episode_ends, batch.raw_obs_sums, version,
-                     batch.env_restarts, batch.actor_idle_s, batch.actor_busy_s, batch.extras)
-            conn.send(("done", stats))
+            conn.send(("done", batch.details()))  # the arrays are in shared memory already
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
@@ -153,11 +151,7 @@ class MultiprocessSampler(WorkerPoolSampler):
         results = []
         for worker, result in self._answers(workers, timeout, "done"):
             if not isinstance(result, WorkerFailure):
-                returns, lengths, ends, moments, version, env_restarts, idle_s, busy_s, extras = result
-                result = Batch(**_columns(self.arrays, self._columns_of(worker)), episode_returns=returns,
-                               episode_lengths=lengths, episode_ends=ends, raw_obs_sums=moments,
-                               policy_versions=[version], env_restarts=env_restarts, actor_idle_s=idle_s,
-                               actor_busy_s=busy_s, extras=extras)
+                result = Batch(**_columns(self.arrays, self._columns_of(worker)), **result)
             results.append((worker, result))
         return results
 
