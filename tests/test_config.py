@@ -52,6 +52,19 @@ def test_minibatch_larger_than_batch_is_refused(make_cfg):
         validate_config(cfg)
 
 
+def test_apex_rate_tolerance_that_could_deadlock_is_refused_with_its_least_value(make_cfg):
+    # workers=4, envs_per_worker=2, rollout 32, 3-step: writes of 2 x (32 + 2) = 68 transitions;
+    # samples per insert 0.125 x 64 = 8; least tolerance (8 x 68 + 64) / 2 = 304.
+    common = ("algo=apex", "parallel=distributed", "workers=4", "envs_per_worker=2")
+    with pytest.raises(ConfigError, match=r"rate_tolerance: 303 could deadlock.* at least 304 "):
+        validate_config(make_cfg(*common, "algo.replay.rate_tolerance=303"), check_env=False)
+    validate_config(make_cfg(*common, "algo.replay.rate_tolerance=304"), check_env=False)
+    # parallel=local: one worker steps all 8 environments, so its writes are 4 times larger
+    with pytest.raises(ConfigError, match="at least 1120 "):
+        validate_config(make_cfg(*common[:1], "parallel=local", *common[2:], "algo.replay.rate_tolerance=304"),
+                        check_env=False)
+
+
 def test_resume_of_missing_directory_is_refused(make_cfg, tmp_path):
     cfg = make_cfg(f"resume={tmp_path / 'nope'}")
     with pytest.raises(ConfigError, match="resume"):

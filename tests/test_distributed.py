@@ -132,7 +132,73 @@ def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make
     finally:
         trainer.close()
     assert before[-1]["replay_shards"] == 2 and before[-1]["replay_shard_restarts"] == 0
-    assert before[-1]["gradient_steps"] > 0 and before[-1]["replay_inserts"] > 256
+    assert before[-1]["replay_samples"] > 0 and before[-1]["replay_inserts"] > 256
     assert after[-1]["replay_shard_restarts"] >= 1 and new_location[1] != locations[0][1]
-    assert after[-1]["env_steps"] > before[-1]["env_steps"] and after[-1]["gradient_steps"] > 0
+    assert after[-1]["env_steps"] > before[-1]["env_steps"]
+    assert after[-1]["replay_samples"] > before[-1]["replay_samples"] + 10 * 64  # still learning
     assert after[-1]["replay_size"] > 0
+
+
+def test_an_actor_write_the_shards_limiter_refuses_waits_until_the_learner_samples(cluster):
+    """A ReplayShard answers a write its rate limiter refuses with None at once (its requests
+    never queue behind a waiting write); the Ape-X actor offers the write again until it is
+    taken, and reports the time it waited."""
+    import threading
+
+    from rlpar.envs.factory import resolve_env_spec
+    from rlpar.models.q_spec import QNetworkSpec
+    from rlpar.replay.actor import PrioritizingWorker
+    from rlpar.replay.shard import ReplayShard
+    from rlpar.runtime.build import probe_policy_spec
+
+    # min_size 16, band [16 - 16, 16 + 16] in sampled items, 1 per insert
+    limiter = dict(min_size=16, samples_per_insert=1.0, tolerance=16.0, insert_batch=16, sample_batch=16)
+    shard = ray.remote(ReplayShard).options(num_cpus=0).remote(
+        capacity=128, obs_dim=4, alpha=0.6, beta_start=0.4, beta_end=1.0, beta_steps=10, seed=0, rate_limiter=limiter)
+    spec, _ = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), QNetworkSpec)
+    actor = PrioritizingWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=spec, num_envs=1,
+                               rollout_length=8, seed=0, n_step=1, gamma=0.99)
+    obs = np.ones((16, 4), np.float32)
+    transitions = {"obs": obs, "actions": np.zeros(16, np.int64), "rewards": np.ones(16, np.float32),
+                   "next_obs": obs, "discounts": np.ones(16, np.float32)}
+    try:
+        assert ray.get([shard.add.remote(transitions, np.ones(16)) for _ in range(2)]) == [16, 16]  # diff 32: the top
+        assert ray.get(shard.add.remote(transitions, np.ones(16))) is None  # diff would be 48
+        actor.shards = [shard]
+        learner = threading.Timer(0.5, lambda: ray.get(shard.sample.remote(16)))  # diff 16: room for one more
+        learner.start()
+        waits = [actor.write(transitions, np.ones(16)) for _ in range(3)]  # the third waits for the first
+        learner.join()
+        assert max(waits[:2]) < 0.1  # two writes may be in flight unanswered
+        assert waits[2] >= 0.4
+        stats = ray.get(shard.stats.remote())
+        assert (stats["size"], stats["inserted"], stats["sampled"]) == (48, 48, 16)
+    finally:
+        actor.close()
+        ray.kill(shard)
+
+
+def test_a3c_parameter_server_is_an_actor_and_a_killed_one_is_restarted(cluster, make_cfg, tmp_path):
+    """parallel=distributed: workers apply their gradients on the `ParameterServer` actor
+    themselves. SIGKILL its process: the learner restarts it from the newest state it holds,
+    counts the restart, and the workers go on with the new one."""
+    from rlpar.runtime.build import build_trainer
+
+    trainer = build_trainer(make_cfg("algo=a3c", "parallel=distributed", "workers=3", "envs_per_worker=1",
+                                     "algo.server_sync_interval=5", "checkpoint.every=0", run_dir=tmp_path / "a3c"))
+    try:
+        algorithm = trainer.algorithm
+        before = [trainer.train() for _ in range(30)]
+        held_version = algorithm.held["version"]
+        server_pid = ray.get(algorithm.server.__ray_call__.remote(lambda server: os.getpid()))
+        os.kill(server_pid, 9)
+        after = [trainer.train() for _ in range(40)]
+        new_pid = ray.get(algorithm.server.__ray_call__.remote(lambda server: os.getpid()))
+    finally:
+        trainer.close()
+    stale = [row["gradient_staleness_max"] for row in before if "gradient_staleness_max" in row]
+    assert before[-1]["parameter_server_restarts"] == 0 and max(stale) >= 1  # asynchronous
+    assert sum(row["gradients_applied"] for row in before) >= 30
+    assert after[-1]["parameter_server_restarts"] == 1 and new_pid != server_pid
+    assert held_version > 0 and after[-1]["policy_version"] > held_version + 20  # learning went on
+    assert sum(row["gradients_applied"] for row in after[-10:]) >= 10

@@ -85,12 +85,19 @@ def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tm
         history = [trainer.train() for _ in range(12)]
         algorithm = trainer.algorithm
         shard_sizes = [shard.stats()["size"] for shard in algorithm.shards]
+        limiters = [shard.limiter for shard in algorithm.shards]
+        ratio = algorithm.replay_ratio * algorithm.batch_size
         epsilons = algorithm.env_epsilons
     finally:
         trainer.close()
     last = history[-1]
     assert last["replay_shards"] == 2 and all(size > 0 for size in shard_sizes)
     assert sum(shard_sizes) == last["replay_size"] == last["replay_inserts"]
-    assert last["gradient_steps"] > 0
+    # Each shard's rate limiter held it within its band: samples per insert replay_ratio x batch_size.
+    assert last["samples_per_insert_target"] == ratio == 0.125 * 64 and last["replay_samples"] > 0
+    for limiter in limiters:
+        lower, upper = limiter.bounds
+        assert limiter.samples > 0 and lower <= limiter.diff <= upper
+    assert last["replay_insert_wait_s"] == 0.0 and last["replay_sample_wait_s"] > 0
     # epsilon_i = 0.4 ** (1 + 7 i / 3) for the 4 environments of the run
     assert epsilons == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])

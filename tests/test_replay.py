@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlpar.replay import NStepWriter, PrioritizedSampler, RateLimiter, RingStorage, SumTree, UniformSampler
+from rlpar.replay.shard import ReplayTable
 from tests.episode_flags import covers_every_case, rollout_flags
 
 FIELDS = {"obs": ((2,), np.float32), "actions": ((), np.int64), "done": ((), np.bool_)}
@@ -435,3 +436,51 @@ def test_rate_limiter_min_size_waiting_time_and_state():
     assert not restored.can_insert(1) and restored.can_sample(2)
     with pytest.raises(ValueError, match="side"):
         limiter.waited("learner", 1.0)
+
+
+def test_replay_table_serves_minibatches_only_as_its_rate_limiter_allows():
+    """A table holds samples per insert to the limiter's band: no minibatch before min_size, none
+    once the learner is `tolerance` items ahead, and no insert (None) once it is as far behind."""
+    limiter = dict(min_size=32, samples_per_insert=2.0, tolerance=48.0, insert_batch=16, sample_batch=16)
+    table = ReplayTable(capacity=256, obs_dim=3, alpha=0.6, beta_start=0.4, beta_end=1.0, beta_steps=100, seed=0,
+                        rate_limiter=limiter)
+    rng = np.random.default_rng(0)
+
+    def transitions(n):
+        obs = rng.normal(size=(n, 3)).astype(np.float32)
+        return {"obs": obs, "actions": np.zeros(n, np.int64), "rewards": np.ones(n, np.float32), "next_obs": obs,
+                "discounts": np.full(n, 0.99, np.float32)}
+
+    table.add(transitions(16), np.ones(16))
+    assert table.sample(16) is None  # 16 of min_size 32
+    table.add(transitions(16), np.ones(16))
+    # diff = 2 x 32 = 64, band [64 - 48, 64 + 48]: three minibatches of 16 bring it to 16, no fourth.
+    drawn = [table.sample(16) for _ in range(4)]
+    assert [d is None for d in drawn] == [False, False, False, True]
+    slots, weights, batch, beta = drawn[0]
+    assert batch["obs"].shape == (16, 3) and weights.shape == (16,) and beta == pytest.approx(0.4, abs=0.01)
+    # each insert of 16 adds 32 to diff: 16 -> 48 -> 80 -> 112 (the top); the fourth is refused
+    assert [table.add(transitions(16), np.ones(16)) for _ in range(4)] == [16, 16, 16, None]
+    assert table.stats() == {"size": 80, "inserted": 80, "sampled": 48}
+    assert table.sample(16) is not None and table.add(transitions(16), np.ones(16)) is None  # 96 + 32 > 112
+    assert table.sample(16) is not None and table.add(transitions(16), np.ones(16)) == 16  # 80 + 32 fits
+
+
+def test_replay_table_drops_priority_updates_for_items_overwritten_since_sampled():
+    limiter = dict(min_size=8, samples_per_insert=1.0, tolerance=100.0, insert_batch=8, sample_batch=8)
+    table = ReplayTable(capacity=8, obs_dim=1, alpha=1.0, beta_start=0.4, beta_end=1.0, beta_steps=10, seed=0,
+                        rate_limiter=limiter)
+
+    def transitions(n):
+        obs = np.zeros((n, 1), np.float32)
+        return {"obs": obs, "actions": np.zeros(n, np.int64), "rewards": np.zeros(n, np.float32), "next_obs": obs,
+                "discounts": np.zeros(n, np.float32)}
+
+    table.add(transitions(8), np.full(8, 1.0))  # items 0-7 in slots 0-7
+    table.add(transitions(3), np.full(3, 1.0))  # items 8-10 overwrite slots 0-2
+    items, *_ = table.sample(8)
+    assert set(items.tolist()) <= set(range(3, 11))  # item numbers of what is stored: 3-7 and 8-10
+    table.add(transitions(4), np.full(4, 5.0))  # items 11-14 overwrite slots 3-6 (items 3-6)
+    table.update_priorities(np.arange(3, 11), np.full(8, 2.0))
+    # slots 3-6 hold items 11-14 and keep their 5.0; items 7-10 (slots 7, 0, 1, 2) get 2.0
+    np.testing.assert_allclose(table.sampler.tree.get(np.arange(8)), [2, 2, 2, 5, 5, 5, 5, 2], rtol=1e-5)

@@ -1,14 +1,21 @@
 """Ape-X (Horgan et al. 2018): many actors, each exploring at its own rate, feed a prioritised
 replay split over shards; one learner samples it and sends back new priorities.
 
-One iteration: take the rollouts that have arrived (actors never wait: `non_blocking`) -> with
-parallel=distributed the actors have already written their n-step transitions, with priorities
-from their own Q copy, straight into the replay shards (Ray actors named `ReplayShard`, spread
-over the nodes); otherwise the transitions come back with the batch and go into shards in this
-process -> `replay_ratio` gradient steps per env step, DQN's (double-Q, n-step, Huber, importance
+One iteration: take the rollouts that have arrived (actors never wait for each other:
+`non_blocking`) -> with parallel=distributed the actors have already written their n-step
+transitions, with priorities from their own Q copy, straight into the replay shards (Ray actors
+named `ReplayShard`, spread over the nodes); otherwise the transitions come back with the batch
+and go into shards in this process -> DQN's gradient steps (double-Q, n-step, Huber, importance
 weights), each minibatch from the next shard in turn, the following one already requested
-(prefetch) -> new priorities back to the shards -> weights, the per-environment ε and the shard
-handles published to the actors.
+(prefetch), for as long as the shards' rate limiters allow -> new priorities back to the shards
+-> weights, the per-environment ε and the shard handles published to the actors.
+
+Rate limiting: every shard holds sampled items per inserted transition at
+`replay.samples_per_insert` (replay_ratio x batch_size unless set), like Reverb's
+SampleToInsertRatio. The learner samples until every shard refuses, then waits for rollouts
+(`replay_sample_wait_s`); an actor whose write a shard refuses tries again until it is taken,
+which holds the actor back (`replay_insert_wait_s`, summed over the actors). Neither can wait
+for the other forever (rlpar.replay.rate_limiter).
 
 Exploration: environment i of N explores with ε_i = ε^(1 + α i / (N - 1)) (ε = 0.4, α = 7:
 Ape-X's per-actor rates, with one environment per actor exactly the paper's). The run's episode
@@ -21,11 +28,15 @@ with the others, and the actors get the new handle with the next weights.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from rlpar.algos.dqn import DQN
-from rlpar.replay.actor import PrioritizingWorker
-from rlpar.replay.shard import ReplayShard
+from rlpar.replay.actor import MAX_WRITES_IN_FLIGHT, PrioritizingWorker
+from rlpar.replay.nstep import most_transitions_per_rollout
+from rlpar.replay.rate_limiter import least_tolerance
+from rlpar.replay.shard import ReplayShard, ReplayTable
 
 
 class ApeX(DQN):
@@ -43,13 +54,13 @@ class ApeX(DQN):
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
         self.exploration_epsilon, self.exploration_alpha = exploration_epsilon, exploration_alpha
-        super().__init__(**dqn_kwargs)
-        self.env_epsilons = self.actor_epsilons(self.sampler.num_envs)
+        self.env_epsilons = self.actor_epsilons(dqn_kwargs["sampler"].num_envs)
         self.greedy_envs = self.env_epsilons <= np.median(self.env_epsilons)
+        super().__init__(**dqn_kwargs)
 
     def epsilon(self) -> float:
         """The median actor's (the per-actor rates are in the weights)."""
-        return float(np.median(self.env_epsilons)) if hasattr(self, "env_epsilons") else self.exploration_epsilon
+        return float(np.median(self.env_epsilons))
 
     def actor_epsilons(self, count: int) -> np.ndarray:
         exponents = 1.0 + self.exploration_alpha * np.arange(count) / max(count - 1, 1)
@@ -59,19 +70,43 @@ class ApeX(DQN):
     def build_replay(self) -> None:
         self.ray = getattr(self.sampler, "ray", None)  # Ray actors when the sampler runs on Ray
         self.num_shards = self.replay_settings.num_shards
+        self.rate_limiter = self.rate_limiter_settings()
         self.shards = [self.start_shard(i) for i in range(self.num_shards)]
         self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
         self.turn = 0
         self.shard_restarts = 0
         self.last_beta = self.replay_settings.beta_start  # the importance exponent of the latest minibatch
+        self.sample_wait_s = 0.0
+        self.insert_wait_s = 0.0  # actors' time waiting for their writes to be taken, as they report it
+
+    def rate_limiter_settings(self) -> dict:
+        """Every shard's RateLimiter: `replay.samples_per_insert` (default replay_ratio x
+        batch_size: the DQN learner's ratio) within `replay.rate_tolerance` sampled items, from
+        learning_starts / num_shards items (at least a minibatch) on. The default tolerance is
+        the least that cannot deadlock plus room for the writes all actors may have unanswered
+        at once (at workers=8, 4 x the least made actors wait 5 s per 60k env steps against 1 s,
+        at the same env steps/s within noise)."""
+        replay = self.replay_settings
+        samples_per_insert = replay.samples_per_insert or self.replay_ratio * self.batch_size
+        insert_batch = most_transitions_per_rollout(num_envs=self.sampler.worker_envs,
+                                                    rollout_length=self.sampler.rollout_length, n=self.n_step)
+        least = least_tolerance(samples_per_insert=samples_per_insert, insert_batch=insert_batch,
+                                sample_batch=self.batch_size)
+        actors = self.sampler.num_envs // self.sampler.worker_envs
+        writes_per_shard = -(-actors * (MAX_WRITES_IN_FLIGHT + 1) // self.num_shards)  # unanswered at once
+        tolerance = replay.rate_tolerance or least + samples_per_insert * insert_batch * writes_per_shard
+        return dict(min_size=max(-(-self.learning_starts // self.num_shards), self.batch_size),
+                    samples_per_insert=samples_per_insert, tolerance=tolerance, insert_batch=insert_batch,
+                    sample_batch=self.batch_size)
 
     def start_shard(self, index: int):
         replay = self.replay_settings
         kwargs = dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
                       alpha=replay.alpha, beta_start=replay.beta_start, beta_end=replay.beta_end,
-                      beta_steps=max(self.beta_steps // self.num_shards, 1), seed=self.seed + 1000 * index)
+                      beta_steps=max(self.beta_steps // self.num_shards, 1), seed=self.seed + 1000 * index,
+                      rate_limiter=self.rate_limiter)
         if self.ray is None:
-            return ReplayShard(**kwargs)
+            return ReplayTable(**kwargs)
         # Shard i on the i-th live node (mod their number), chosen afresh at every (re)start. Ray's
         # SPREAD strategy, and a soft node affinity, put zero-CPU actors on one node 1 time in 4.
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -106,50 +141,72 @@ class ApeX(DQN):
         return weights
 
     def insert(self, batch) -> int:
-        """Transitions that came back with the batch go into the shards here, in turn; those the
-        actors wrote themselves are only counted."""
+        """Transitions that came back with the batch go into the in-process shards, in turn (one
+        whose limiter refuses them gets sampled first: learning until every limiter refuses
+        leaves room for an insert in each); those the actors wrote are only counted."""
         count = sum(batch.extras.get("written", []))
+        self.insert_wait_s += sum(batch.extras.get("insert_wait_s", []))
         for transitions, priorities in zip(batch.extras.get("transitions", []), batch.extras.get("priorities", [])):
-            count += self.shards[self.turn % self.num_shards].add(transitions, priorities)
+            table = self.shards[self.turn % self.num_shards]
             self.turn += 1
+            added = table.add(transitions, priorities)
+            if added is None:
+                self.learn(None)
+                added = table.add(transitions, priorities)
+            count += added
         self.inserted += count
         return count
 
+    def gradient_steps_owed(self, env_steps: int) -> None:
+        """As many as the shards' rate limiters allow (None): they hold samples per insert."""
+        return None
+
+    def sample(self, *, min_rollouts: int = 1):
+        """Learning stops only when no shard's limiter allows another minibatch, so the time spent
+        collecting rollouts is the learner's wait for inserts (`replay_sample_wait_s`)."""
+        began = time.perf_counter()
+        batch, metrics = super().sample(min_rollouts=min_rollouts)
+        self.sample_wait_s += time.perf_counter() - began
+        return batch, metrics
+
     def next_minibatch(self):
-        """From the next shard holding a minibatch; on Ray its following one is requested at once."""
+        """From the next shard whose limiter allows one; on Ray, a shard that served a minibatch
+        is asked for its following one at once (prefetch)."""
         for _ in range(self.num_shards):
             index = self.turn % self.num_shards
             self.turn += 1
-            if self.ray is None:
-                drawn = self.shards[index].sample(self.batch_size)
-            else:
-                drawn = self.fetch(index)
+            drawn = self.shards[index].sample(self.batch_size) if self.ray is None else self.fetch(index)
             if drawn is not None:
-                slots, weights, transitions, self.last_beta = drawn
-                return (index, slots), weights, transitions
+                items, weights, transitions, self.last_beta = drawn
+                return (index, items), weights, transitions
         return None
 
     def fetch(self, index: int):
         request = self.prefetched.pop(index, None) or self.shards[index].sample.remote(self.batch_size)
-        restarts = self.shard_restarts
         drawn = self.answer(index, request)
-        if self.shard_restarts == restarts:  # the shard answered: ask for its next minibatch now
+        if drawn is not None:  # a refusal is not prefetched: it would be stale by the next iteration
             self.prefetched[index] = self.shards[index].sample.remote(self.batch_size)
         return drawn
 
     def report_priorities(self, where, td_errors) -> None:
-        index, slots = where
+        index, items = where
         if self.ray is None:
-            self.shards[index].update_priorities(slots, td_errors)
+            self.shards[index].update_priorities(items, td_errors)
         else:
-            self.shards[index].update_priorities.remote(slots, td_errors)  # not waited for
+            self.shards[index].update_priorities.remote(items, td_errors)  # not waited for
 
-    def replay_size(self) -> int:
+    def replay_metrics(self) -> dict:
+        """Sizes, and the time actors waited for their writes to be taken and the learner waited
+        for inserts (both cumulative, seconds)."""
         if self.ray is None:
-            return sum(shard.stats()["size"] for shard in self.shards)
-        requests = [shard.stats.remote() for shard in self.shards]  # asked all at once, answered in turn
-        stats = [self.answer(index, request) for index, request in enumerate(requests)]
-        return sum(s["size"] for s in stats if s is not None)
+            stats = [table.stats() for table in self.shards]
+        else:
+            requests = [shard.stats.remote() for shard in self.shards]  # asked all at once, answered in turn
+            stats = [s for s in (self.answer(i, r) for i, r in enumerate(requests)) if s is not None]
+        return {"replay_size": sum(s["size"] for s in stats),
+                "replay_insert_wait_s": self.insert_wait_s,
+                "replay_sample_wait_s": self.sample_wait_s,
+                "samples_per_insert_target": self.rate_limiter["samples_per_insert"]}
 
     def beta(self) -> float:
         return self.last_beta

@@ -169,10 +169,13 @@ class LearningRate:
     anneal: bool = False
     min_fraction: float = 0.0
 
+    def value(self, *, steps_seen: int, total_steps: int) -> float:
+        if not self.anneal:
+            return self.base
+        return linear_schedule(self.base, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction)
+
     def apply(self, optimizer, *, steps_seen: int, total_steps: int) -> float:
-        lr = self.base
-        if self.anneal:
-            lr = linear_schedule(lr, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction)
+        lr = self.value(steps_seen=steps_seen, total_steps=total_steps)
         optimizer.param_groups[0]["lr"] = lr
         return lr
 

@@ -79,6 +79,7 @@ class DQN(Algorithm):
         self.gradient_steps = 0
         self.updates = 0  # iterations that learned
         self.inserted = self.sampled = 0
+        self.learned: list = []  # (loss, |TD error|, Q) of each gradient step since learning_stats
 
     def build_replay(self) -> None:
         """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
@@ -106,14 +107,11 @@ class DQN(Algorithm):
         start = time.perf_counter()
         self.steps_seen += batch.num_steps
         inserted = self.insert(batch)
-        if self.inserted >= self.learning_starts:
-            self.update_credit += self.replay_ratio * batch.num_steps
-        steps = int(self.update_credit)
-        self.update_credit -= steps
-        stats = self.learn(steps) if steps else {"gradient_steps": 0}
+        self.learn(self.gradient_steps_owed(batch.num_steps))
+        stats = self.learning_stats()
         end = time.perf_counter()
         step_s = max(end - began, 1e-9)  # rates over the whole iteration, sampling included
-        metrics.update(stats, time_learn_s=end - start, epsilon=self.epsilon(), replay_size=self.replay_size(),
+        metrics.update(stats, time_learn_s=end - start, epsilon=self.epsilon(), **self.replay_metrics(),
                        replay_inserts=self.inserted, replay_samples=self.sampled,
                        samples_per_insert=self.sampled / max(self.inserted, 1), policy_version=self.version,
                        inserts_per_s=inserted / step_s, samples_per_s=stats["gradient_steps"] * self.batch_size / step_s)
@@ -121,12 +119,21 @@ class DQN(Algorithm):
             metrics["beta"] = self.beta()
         return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
 
+    def gradient_steps_owed(self, env_steps: int) -> int | None:
+        """`replay_ratio` per env step once `learning_starts` transitions are in (the fraction
+        carries over)."""
+        if self.inserted >= self.learning_starts:
+            self.update_credit += self.replay_ratio * env_steps
+        steps = int(self.update_credit)
+        self.update_credit -= steps
+        return steps
+
     def reported_episodes(self, batch) -> tuple[list, list]:
         """Returns and lengths of the episodes the run's statistics count: all of them."""
         return batch.episode_returns, batch.episode_lengths
 
-    def replay_size(self) -> int:
-        return self.storage.size
+    def replay_metrics(self) -> dict:
+        return {"replay_size": self.storage.size}
 
     def beta(self) -> float:
         return self.replay.beta
@@ -143,12 +150,14 @@ class DQN(Algorithm):
         self.inserted += count
         return count
 
-    def learn(self, steps: int) -> dict:
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
-        losses, td_means, q_means = [], [], []
-        for _ in range(steps):
+    def learn(self, steps: int | None) -> None:
+        """`steps` gradient steps, or (None) as many as the replay serves; their losses are kept
+        for `learning_stats`."""
+        self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        done = 0
+        while steps is None or done < steps:
             drawn = self.next_minibatch()
-            if drawn is None:  # nothing to replay yet (Ape-X: no shard holds a minibatch)
+            if drawn is None:  # nothing (more) to replay now
                 break
             where, weights, transitions = drawn
             # (arrays from a Ray shard are read-only views of the object store: copied)
@@ -157,20 +166,25 @@ class DQN(Algorithm):
             weights = torch.as_tensor(weights if weights.flags.writeable else weights.copy(), device=self.device)
             loss, td_errors, q_taken = self.gradient_step(**data, weights=weights)
             self.report_priorities(where, td_errors.abs().cpu().numpy())
-            losses.append(loss)
-            td_means.append(td_errors.abs().mean())
-            q_means.append(q_taken.mean())
+            self.learned.append(torch.stack([loss, td_errors.abs().mean(), q_taken.mean()]))
+            done += 1
             self.gradient_steps += 1
             self.sampled += self.batch_size
             self.refresh_target()
-        self.updates += 1
-        if self.updates % self.weight_sync_interval == 0:
-            self.version += 1  # workers pick the new weights up with their next request
-        if not losses:
-            return {"lr": lr, "gradient_steps": 0}
-        loss, td_error, q_mean = torch.stack([torch.stack(x) for x in (losses, td_means, q_means)]).mean(1).tolist()
-        return {"loss_q": loss, "td_error_mean": td_error, "q_mean": q_mean, "lr": lr, "gradient_steps": len(losses),
-                "nonfinite_updates": self.step.nonfinite_updates}
+        if done:
+            self.updates += 1
+            if self.updates % self.weight_sync_interval == 0:
+                self.version += 1  # workers pick the new weights up with their next request
+
+    def learning_stats(self) -> dict:
+        """Means over the gradient steps since the last call."""
+        stats = {"lr": self.optimizer.param_groups[0]["lr"], "gradient_steps": len(self.learned)}
+        if self.learned:
+            loss, td_error, q_mean = torch.stack(self.learned).mean(0).tolist()
+            stats.update(loss_q=loss, td_error_mean=td_error, q_mean=q_mean,
+                         nonfinite_updates=self.step.nonfinite_updates)
+            self.learned = []
+        return stats
 
     def next_minibatch(self):
         """(where it came from, importance weights, transitions), or None."""

@@ -138,7 +138,7 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     number("value_clip", low=0, low_open=True, optional=True)
     number("n_steps", integer=True, low=1, optional=True)
     number("rmsprop_alpha", low=0, high=1, high_open=True)
-    for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval"):
+    for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval", "server_sync_interval"):
         number(name, integer=True, low=1)
     for name in ("learning_starts", "exploration_steps"):
         number(name, integer=True, low=0)
@@ -149,7 +149,7 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     for name in ("epsilon_start", "epsilon_end"):
         number(name, low=0, high=1)
     if takes is not None and "replay" in takes:
-        _check_replay(c)
+        _check_replay(c, workers, envs_per_worker)
     number("optimizer_eps", low=0, low_open=True)
     for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
                           ("normalize_rewards", ("auto", True, False))):
@@ -174,11 +174,12 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
         c.choice("model.normalize_obs", ("auto", True, False))
 
 
-def _check_replay(c: _Checker) -> None:
+def _check_replay(c: _Checker, workers, envs_per_worker) -> None:
     capacity = c.number("algo.replay.capacity", integer=True, low=1)
     for name in ("alpha", "beta_start", "beta_end"):
         c.number(f"algo.replay.{name}", low=0, high=1)
     c.number("algo.replay.num_shards", integer=True, low=1, optional=True)
+    _check_rate_limiter(c, workers, envs_per_worker)
     for name in ("batch_size", "learning_starts"):
         value = c.get(f"algo.{name}")
         if isinstance(capacity, int) and isinstance(value, int) and value > capacity:
@@ -189,6 +190,32 @@ def _check_replay(c: _Checker) -> None:
     if not str(c.get("model._target_") or "").endswith("QNetworkSpec"):
         c.problems.append(f"model: algo={c.get('algo.name')} learns Q-values and needs model=q_network, "
                           f"got {c.get('model._target_')}")
+
+
+def _check_rate_limiter(c: _Checker, workers, envs_per_worker) -> None:
+    """Ape-X's per-shard limiter: a tolerance below the least that cannot deadlock is refused."""
+    from rlpar.replay.nstep import most_transitions_per_rollout
+    from rlpar.replay.rate_limiter import least_tolerance
+
+    ratio = c.number("algo.replay.samples_per_insert", low=0, low_open=True, optional=True)
+    tolerance = c.number("algo.replay.rate_tolerance", low=0, low_open=True, optional=True)
+    if tolerance is None:
+        return
+    if ratio is None:
+        replay_ratio, batch_size = c.get("algo.replay_ratio"), c.get("algo.batch_size")
+        ratio = replay_ratio * batch_size if isinstance(replay_ratio, (int, float)) and isinstance(batch_size, int) else None
+    local = str(c.get("parallel._target_") or "").endswith("LocalSampler")
+    rollout, n_step, batch_size = (c.get(f"algo.{k}") for k in ("rollout_length", "n_step", "batch_size"))
+    numbers = (ratio, workers, envs_per_worker, rollout, n_step, batch_size)
+    if not all(isinstance(x, (int, float)) and x > 0 for x in numbers):
+        return  # reported by their own checks
+    insert_batch = most_transitions_per_rollout(num_envs=envs_per_worker * (workers if local else 1),
+                                                rollout_length=rollout, n=n_step)
+    least = least_tolerance(samples_per_insert=ratio, insert_batch=insert_batch, sample_batch=batch_size)
+    if tolerance < least:
+        c.problems.append(f"algo.replay.rate_tolerance: {tolerance} could deadlock; with samples_per_insert {ratio:g}, "
+                          f"writes of up to {insert_batch} transitions and minibatches of {batch_size} it must be at "
+                          f"least {least:g} (or null)")
 
 
 def _learner_keys(c: _Checker) -> frozenset[str] | None:

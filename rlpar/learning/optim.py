@@ -77,3 +77,14 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
+
+
+def build_optimizer(parameters, *, optimizer: str, lr: float, optimizer_eps: float, rmsprop_alpha: float = 0.99):
+    """RMSprop (torch's) or Adam (LeanAdam), as the actor-critic algorithms name them."""
+    if optimizer == "rmsprop":
+        # torch.optim: constructing it imports torch._dynamo (0.8-0.9 s of start-up here), and
+        # its step costs ~80 us against LeanAdam's ~17 us (an A2C update: ~0.7 ms against ~0.6).
+        return torch.optim.RMSprop(parameters, lr=lr, alpha=rmsprop_alpha, eps=optimizer_eps)
+    if optimizer == "adam":
+        return LeanAdam(parameters, lr=lr, eps=optimizer_eps)
+    raise ValueError(f"optimizer must be rmsprop or adam, got {optimizer!r}")

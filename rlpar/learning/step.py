@@ -25,6 +25,10 @@ class GuardedStep:
     def __call__(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self.apply_gradients()
+
+    def apply_gradients(self) -> None:
+        """Clip and apply the gradients the parameters hold (a parameter server sets them)."""
         grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
         if math.isfinite(grad_norm.item()):
             self.optimizer.step()

@@ -8,12 +8,17 @@ writer, with a Reverb-style rate limiter):
   environment across rollouts by its global id.
 - `RateLimiter`: keeps samples per insert near a target, so replay ratio does not depend on how
   fast actors run against the learner.
+- `ReplayTable` (storage, prioritised sampler and limiter) and `ReplayShard`, the asynchronous
+  Ray actor serving one table (rlpar.replay.shard); `PrioritizingWorker`, Ape-X's actor.
 
-They compose in the algorithm (or a replay shard) as:
+DQN's learner owns one replay in its process and keeps the replay ratio itself; Ape-X's tables
+compose them as:
 
     transitions = writer.add(**rollout_fields)               # actors' rollouts -> transitions
     if limiter.can_insert(n): slots = storage.add(transitions); sampler.on_insert(slots)
+                              limiter.record_insert(n)
     if limiter.can_sample(b): slots, weights = sampler.sample(batch_size=b, size=storage.size)
+                              limiter.record_sample(b)
                               batch = storage.get(slots); ...; sampler.update_priorities(slots, td)
 
 Each part has state_dict / load_state_dict returning tensors and plain values, for checkpoints

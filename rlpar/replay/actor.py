@@ -11,12 +11,15 @@ Numpy only: no torch in actors.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from rlpar.replay.nstep import NStepWriter
 from rlpar.sampling.rollout import RolloutWorker
 
 MAX_WRITES_IN_FLIGHT = 2  # per actor: backpressure when the shards fall behind
+RETRY_S = (0.001, 0.02)  # pause before offering a refused write again: doubling from the first to the second
 
 
 class PrioritizingWorker(RolloutWorker):
@@ -24,7 +27,7 @@ class PrioritizingWorker(RolloutWorker):
         super().__init__(**rollout_kwargs)
         self.writer = NStepWriter(n=n_step, gamma=gamma)
         self.shards: list | None = None
-        self.writes_in_flight: list = []
+        self.writes_in_flight: list = []  # (shard, its arguments, the request)
         self.rollouts = 0
 
     def set_weights(self, weights: dict, version: int) -> None:
@@ -40,8 +43,8 @@ class PrioritizingWorker(RolloutWorker):
         if count == 0:
             batch.extras = {"written": [0]}
         elif self.shards:
-            self.write(transitions, self.priorities(transitions))
-            batch.extras = {"written": [count]}
+            waited = self.write(transitions, self.priorities(transitions))
+            batch.extras = {"written": [count], "insert_wait_s": [waited]}
         else:
             batch.extras = {"transitions": [transitions], "priorities": [self.priorities(transitions)]}
         return batch
@@ -52,13 +55,26 @@ class PrioritizingWorker(RolloutWorker):
         bootstrap = self.policy.q_values(transitions["next_obs"]).max(axis=1)
         return np.abs(transitions["rewards"] + transitions["discounts"] * bootstrap - taken)
 
-    def write(self, transitions: dict, priorities: np.ndarray) -> None:
-        """To the next shard in turn, without waiting for it unless writes pile up. A write to a
-        shard that died is lost; the learner restarts the shard and sends its new handle."""
+    def write(self, transitions: dict, priorities: np.ndarray) -> float:
+        """To the next shard in turn, without waiting for it unless more than
+        MAX_WRITES_IN_FLIGHT are unanswered; a write the shard's rate limiter refused is offered
+        again until taken. Returns the seconds spent waiting. A write to a shard that died is
+        lost; the learner restarts the shard and sends its new handle."""
         import ray
 
         shard = self.shards[(self.first_env_index + self.rollouts) % len(self.shards)]
         self.rollouts += 1
-        self.writes_in_flight.append(shard.add.remote(transitions, priorities))
-        if len(self.writes_in_flight) > MAX_WRITES_IN_FLIGHT:
-            _, self.writes_in_flight = ray.wait(self.writes_in_flight, num_returns=1)
+        arguments = (transitions, priorities)
+        self.writes_in_flight.append((shard, arguments, shard.add.remote(*arguments)))
+        began = time.perf_counter()
+        while len(self.writes_in_flight) > MAX_WRITES_IN_FLIGHT:
+            shard, arguments, request = self.writes_in_flight.pop(0)
+            pause = RETRY_S[0]
+            try:
+                while ray.get(request) is None:
+                    time.sleep(pause)
+                    pause = min(2 * pause, RETRY_S[1])
+                    request = shard.add.remote(*arguments)
+            except ray.exceptions.RayActorError:
+                pass  # the shard died
+        return time.perf_counter() - began

@@ -21,6 +21,11 @@ import numpy as np
 from rlpar.sampling.batch import rounds_of_distinct_envs
 
 
+def most_transitions_per_rollout(*, num_envs: int, rollout_length: int, n: int) -> int:
+    """The most one rollout can emit: each environment's steps plus up to n - 1 held over."""
+    return num_envs * (rollout_length + n - 1)
+
+
 class NStepWriter:
     def __init__(self, *, n: int, gamma: float):
         if n < 1:

@@ -20,6 +20,11 @@ from __future__ import annotations
 SIDES = ("insert", "sample")
 
 
+def least_tolerance(*, samples_per_insert: float, insert_batch: int, sample_batch: int) -> float:
+    """The smallest tolerance that cannot deadlock (see the module's docstring)."""
+    return (samples_per_insert * insert_batch + sample_batch) / 2
+
+
 class RateLimiter:
     def __init__(self, *, min_size: int, samples_per_insert: float, tolerance: float, insert_batch: int,
                  sample_batch: int):
@@ -27,7 +32,8 @@ class RateLimiter:
             raise ValueError("rate limiter needs min_size >= 1, samples_per_insert > 0 and batches >= 1, got "
                              f"min_size={min_size}, samples_per_insert={samples_per_insert}, "
                              f"insert_batch={insert_batch}, sample_batch={sample_batch}")
-        needed = (samples_per_insert * insert_batch + sample_batch) / 2
+        needed = least_tolerance(samples_per_insert=samples_per_insert, insert_batch=insert_batch,
+                                 sample_batch=sample_batch)
         if tolerance < needed:
             raise ValueError(f"rate limiter tolerance {tolerance} could deadlock: with samples_per_insert="
                              f"{samples_per_insert}, insert batches of {insert_batch} and sample batches of "

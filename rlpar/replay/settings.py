@@ -14,3 +14,9 @@ class ReplaySettings:
     beta_end: float = 1.0
     checkpoint: bool = False         # DQN: save the contents with every checkpoint (exact resume)
     num_shards: int = 2              # Ape-X: replay shards (Ray actors with parallel=distributed)
+    # Ape-X: each shard's rate limiter holds sampled items per inserted transition at
+    # samples_per_insert (null: replay_ratio x batch_size) within rate_tolerance sampled items
+    # (null: the least that cannot deadlock plus room for every actor's unanswered
+    # writes).
+    samples_per_insert: float | None = None
+    rate_tolerance: float | None = None

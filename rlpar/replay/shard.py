@@ -1,6 +1,14 @@
-"""A replay shard: storage plus prioritised sampling behind four calls, so that it can live in a
-Ray actor of its own (Ape-X with parallel=distributed: actors write to it directly, the learner
-samples from it) or in the learner's process (parallel=local and multiprocess)."""
+"""A replay table (storage, prioritised sampling and a rate limiter behind a few calls) and
+`ReplayShard`, the same as a Ray actor.
+
+Ape-X keeps tables in the learner's process with parallel=local and multiprocess, and one
+`ReplayShard` actor per shard with parallel=distributed, where the actors write to it directly
+and the learner samples it. A table never blocks: `add` and `sample` answer None while the rate
+limiter refuses, and the caller waits (an actor retries its write; the learner goes to collect
+rollouts). An actor that blocked on the limiter would hold the actor's only thread and queue
+the learner's requests behind it; an asynchronous actor avoids that but costs ~0.65 ms more per
+minibatch here (a sample and a priority update: 2.0 against 1.4 ms), ~20% of a gradient step.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import os
 
 import numpy as np
 
+from rlpar.replay.rate_limiter import RateLimiter
 from rlpar.replay.samplers import PrioritizedSampler
 from rlpar.replay.storage import RingStorage
 
@@ -19,40 +28,53 @@ def transition_fields(obs_dim: int) -> dict:
             "discounts": ((), np.float32)}
 
 
-class ReplayShard:
+class ReplayTable:
     def __init__(self, *, capacity: int, obs_dim: int, alpha: float, beta_start: float, beta_end: float,
-                 beta_steps: int, seed: int):
+                 beta_steps: int, seed: int, rate_limiter: dict):
+        """`rate_limiter`: RateLimiter's keyword arguments (its batches are the largest insert
+        and the minibatch this table serves)."""
         self.storage = RingStorage(capacity=capacity, fields=transition_fields(obs_dim))
         self.sampler = PrioritizedSampler(capacity=capacity, alpha=alpha, beta_start=beta_start, beta_end=beta_end,
                                           beta_steps=beta_steps, seed=seed)
-        self.inserted = 0
+        self.limiter = RateLimiter(**rate_limiter)
+        self.capacity = capacity
 
-    def add(self, transitions: dict, priorities: np.ndarray) -> int:
-        """Transitions with the priorities their actor computed (|n-step TD error|)."""
+    def add(self, transitions: dict, priorities: np.ndarray) -> int | None:
+        """Transitions with the priorities their actor computed (|n-step TD error|): how many
+        were stored, or None (nothing stored) while the limiter refuses them."""
+        if not self.limiter.can_insert(len(priorities)):
+            return None
         slots = self.storage.add({name: transitions[name] for name in self.storage.fields})
         self.sampler.on_insert(slots, priorities)
-        self.inserted += len(slots)
+        self.limiter.record_insert(len(slots))
         return len(slots)
 
     def sample(self, batch_size: int):
-        """(slots, importance weights, transitions, beta), or None until `batch_size` items are in."""
-        if self.storage.size < batch_size:
+        """(item numbers, importance weights, transitions, beta), or None while the limiter
+        refuses. Item k of the table is the k-th inserted (slot k mod capacity in the ring)."""
+        if not self.limiter.can_sample(batch_size) or self.storage.size < batch_size:
             return None
         slots, weights = self.sampler.sample(batch_size=batch_size, size=self.storage.size)
-        return slots, weights, self.storage.get(slots), self.sampler.beta
+        self.limiter.record_sample(batch_size)
+        inserted = self.limiter.inserts
+        items = inserted - 1 - (inserted - 1 - slots) % self.capacity
+        return items, weights, self.storage.get(slots), self.sampler.beta
 
-    def update_priorities(self, slots: np.ndarray, td_errors: np.ndarray) -> None:
-        self.sampler.update_priorities(slots, td_errors)
+    def update_priorities(self, items: np.ndarray, td_errors: np.ndarray) -> None:
+        """New priorities for the items still stored: the learner's answer arrives after actors
+        may have overwritten some of the slots it sampled, whose new items keep their own."""
+        kept = items >= self.limiter.inserts - self.capacity
+        self.sampler.update_priorities(items[kept] % self.capacity, np.asarray(td_errors)[kept])
 
     def stats(self) -> dict:
-        return {"size": self.storage.size, "inserted": self.inserted}
+        return {"size": self.storage.size, "inserted": self.limiter.inserts, "sampled": self.limiter.samples}
 
-    def location(self) -> tuple[str | None, int]:
-        """(Ray node id or None outside Ray, process id): where this shard lives."""
-        try:
-            import ray
 
-            node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-        except ImportError:
-            node = None
-        return node, os.getpid()
+class ReplayShard(ReplayTable):
+    """A table as a Ray actor (its processes are named `ray::ReplayShard`)."""
+
+    def location(self) -> tuple[str, int]:
+        """(Ray node id, process id): where this shard lives."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()

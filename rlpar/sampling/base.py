@@ -36,6 +36,8 @@ class Sampler(ABC):
     """
 
     num_envs: int
+    worker_envs: int  # environments in one worker's rollout
+    rollout_length: int  # steps per environment in a rollout
 
     @abstractmethod
     def sample(self, weights: dict, version: int) -> Batch: ...

@@ -29,7 +29,8 @@ class LocalSampler(Sampler):
         """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
         always on-policy (validation refuses non_blocking). `worker_class` and `worker_options`: see
         WorkerPoolSampler."""
-        self.num_envs = num_workers * envs_per_worker
+        self.num_envs = self.worker_envs = num_workers * envs_per_worker
+        self.rollout_length = rollout_length
         self.worker = worker_class(
             env_spec=env_spec,
             policy_spec=policy_spec,

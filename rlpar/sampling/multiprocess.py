@@ -103,7 +103,7 @@ class MultiprocessSampler(WorkerPoolSampler):
             raise
 
     def _columns_of(self, worker: int) -> slice:
-        return slice(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
+        return slice(worker * self.worker_envs, (worker + 1) * self.worker_envs)
 
     def _launch(self, worker: int) -> None:
         parent, child = self.context.Pipe()

@@ -59,7 +59,7 @@ class WorkerPoolSampler(Sampler):
         self.worker_options = dict(worker_options or {})
         self.rollout_length, self.seed = rollout_length, seed
         self.num_workers = num_workers
-        self.envs_per_worker = envs_per_worker
+        self.worker_envs = envs_per_worker
         self.num_envs = num_workers * envs_per_worker
         self.sync_mode = sync_mode
         self.max_policy_lag = max_policy_lag
@@ -84,10 +84,10 @@ class WorkerPoolSampler(Sampler):
         return dict(
             env_spec=self.env_spec,
             policy_spec=self.policy_spec,
-            num_envs=self.envs_per_worker,
+            num_envs=self.worker_envs,
             rollout_length=self.rollout_length,
             seed=self.seed,
-            first_env_index=worker * self.envs_per_worker,
+            first_env_index=worker * self.worker_envs,
             generation=self.generation[worker],
             **self.worker_options,
         )

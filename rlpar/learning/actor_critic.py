@@ -1,0 +1,55 @@
+"""The advantage actor-critic objective, shared by A2C's learner and A3C's gradient workers so
+that both compute exactly the same gradient from the same rollout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlpar.algos.base import advantage_inputs, valid_step_tensors
+from rlpar.learning.gae import compute_gae
+from rlpar.learning.nstep import compute_nstep_returns
+from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
+
+ADVANTAGES = ("nstep", "gae")
+
+
+@dataclass(frozen=True)
+class ActorCriticLoss:
+    gamma: float = 0.99
+    advantage: str = "nstep"        # nstep | gae
+    n_steps: int | None = None      # nstep: None means up to the end of the rollout (classic A2C)
+    gae_lambda: float = 1.0
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    normalize_advantages: bool = False
+
+    def __post_init__(self):
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
+
+    def targets(self, batch, rewards):
+        """Advantages and value targets of a rollout ([T, N] numpy), from the rewards the loss
+        sees: n-step returns, or GAE(gamma, gae_lambda)."""
+        inputs = advantage_inputs(batch, rewards)
+        if self.advantage == "gae":
+            return compute_gae(**inputs, gamma=self.gamma, gae_lambda=self.gae_lambda)
+        return compute_nstep_returns(**inputs, gamma=self.gamma, n_steps=self.n_steps or batch.rewards.shape[0])
+
+    def inputs(self, batch, advantages, returns, device) -> dict:
+        """The loss's tensors: the rollout's valid steps only."""
+        return valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "advantages": advantages,
+                                   "returns": returns}, batch.valid, device)
+
+    def __call__(self, model, obs, actions, advantages, returns):
+        """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x
+        value regression - entropy_coef x entropy."""
+        logp, entropy, values = model.evaluate_actions(obs, actions)
+        if self.normalize_advantages:
+            advantages = normalize(advantages)
+        p_loss = policy_gradient_loss(logp, advantages)
+        v_loss = value_loss(values, returns, None, None)
+        entropy = entropy.mean()
+        loss = p_loss + self.value_coef * v_loss - self.entropy_coef * entropy
+        return loss, torch.stack((p_loss, v_loss, entropy)).detach()

@@ -1,0 +1,65 @@
+"""A3C's parameter server: the shared weights and their optimiser, updated by workers' gradients
+as each arrives (Mnih et al. 2016), in whatever order the workers finish.
+
+Every gradient carries the version of the weights it was computed with; the server's version
+counts the gradients applied, so `version - gradient's version` is how stale the gradient was
+(0: nobody else updated the weights in between). With parallel=distributed it is a Ray actor of
+this class (`ray::ParameterServer`); with parallel=multiprocess it lives in the learner's process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rlpar.algos.base import LearningRate
+from rlpar.learning.optim import build_optimizer
+from rlpar.learning.step import GuardedStep
+
+
+class ParameterServer:
+    def __init__(self, *, policy_spec, optimizer: dict, learning_rate: LearningRate, total_steps: int,
+                 max_grad_norm: float, max_consecutive_nonfinite: int, seed: int, state: dict | None = None):
+        """`optimizer`: build_optimizer's keywords; `state`: what `state()` returned (a restart)."""
+        torch.manual_seed(seed)
+        torch.set_num_threads(1)  # one update at a time; the workers need the other cores
+        self.model = policy_spec.build()
+        self.parameters = list(self.model.parameters())
+        self.optimizer = build_optimizer(self.parameters, **optimizer)
+        self.step = GuardedStep(parameters=self.parameters, optimizer=self.optimizer, max_grad_norm=max_grad_norm,
+                                max_consecutive_nonfinite=max_consecutive_nonfinite)
+        self.learning_rate, self.total_steps = learning_rate, total_steps
+        self.version = 0
+        self.env_steps = 0  # the experience behind the applied gradients (the lr schedule's clock)
+        if state is not None:
+            self.load_state(state)
+
+    def apply(self, gradients: list[np.ndarray], version: int, env_steps: int, obs_moments=None) -> dict:
+        """One worker's gradient (one array per parameter, in order) applied now; answers the
+        newest weights, their version, and how stale the gradient was."""
+        staleness = self.version - version
+        self.env_steps += env_steps
+        self.learning_rate.apply(self.optimizer, steps_seen=self.env_steps, total_steps=self.total_steps)
+        for parameter, gradient in zip(self.parameters, gradients):
+            parameter.grad = torch.as_tensor(gradient)
+        self.step.apply_gradients()
+        if obs_moments is not None:
+            self.model.obs_normalizer.update(*obs_moments)
+        self.version += 1
+        weights, version = self.weights()
+        return {"weights": weights, "version": version, "staleness": staleness,
+                "nonfinite_updates": self.step.nonfinite_updates}
+
+    def weights(self) -> tuple[dict, int]:
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}, self.version
+
+    def state(self) -> dict:
+        """What a restarted server needs to go on: weights, optimiser state and counters."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
+                "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
+        self.step.nonfinite_updates = int(state["nonfinite_updates"])
