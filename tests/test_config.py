@@ -65,6 +65,12 @@ def test_apex_rate_tolerance_that_could_deadlock_is_refused_with_its_least_value
                         check_env=False)
 
 
+@pytest.mark.parametrize("algo", ["dqn", "apex", "async_dqn"])
+def test_q_learners_refuse_an_actor_critic_model(make_cfg, algo):
+    with pytest.raises(ConfigError, match=f"algo={algo} learns Q-values and needs model=q_network"):
+        validate_config(make_cfg(f"algo={algo}", "model=actor_critic"), check_env=False)
+
+
 def test_resume_of_missing_directory_is_refused(make_cfg, tmp_path):
     cfg = make_cfg(f"resume={tmp_path / 'nope'}")
     with pytest.raises(ConfigError, match="resume"):

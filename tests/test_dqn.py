@@ -87,7 +87,7 @@ def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tm
         shard_sizes = [shard.stats()["size"] for shard in algorithm.shards]
         limiters = [shard.limiter for shard in algorithm.shards]
         ratio = algorithm.replay_ratio * algorithm.batch_size
-        epsilons = algorithm.env_epsilons
+        epsilons = algorithm.epsilons.values
     finally:
         trainer.close()
     last = history[-1]

@@ -12,9 +12,11 @@ Where the parameter server runs:
   fetches the server's state every `server_sync_interval` iterations. A server that dies is
   restarted from that state (at most one interval of updates is lost), counted in
   `parameter_server_restarts`, and the workers get the new handle with the next weights.
-- parallel=multiprocess: in the learner's process; gradients come back with the rollouts.
-- parallel=local: the same, one worker, one gradient per iteration: synchronous, and then
-  exactly A2C with the same hyper-parameters.
+- parallel=multiprocess: parameters and optimiser statistics in shared memory, which every
+  worker process updates in place without locks (Hogwild, as in the paper;
+  rlpar.learning.hogwild). The learner's model is that shared model.
+- parallel=local: in the learner's process, one worker, one gradient per iteration, applied
+  before the next rollout: synchronous, and then exactly A2C with the same hyper-parameters.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from rlpar.algos.a2c import A2C
 from rlpar.algos.base import StepResult
 from rlpar.learning.actor_critic import ActorCriticLoss
 from rlpar.learning.gradient_worker import GradientWorker
+from rlpar.learning.hogwild import SharedParameters
 from rlpar.learning.parameter_server import ParameterServer
+from rlpar.sampling.multiprocess import MultiprocessSampler
 
 OBJECTIVE_KEYS = ("gamma", "advantage", "n_steps", "gae_lambda", "value_coef", "entropy_coef", "normalize_advantages")
 
@@ -34,6 +38,7 @@ class A3C(A2C):
     sync_mode = "non_blocking"
     max_policy_lag = None
     worker_class = GradientWorker
+    target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
     # Workers compute the loss on raw rewards (x reward_scale): no shared running statistics.
     KEYWORDS_NOT_FORWARDED = ("normalize_rewards",)
 
@@ -50,17 +55,29 @@ class A3C(A2C):
         self.server_settings = dict(
             policy_spec=self.policy_spec, total_steps=self.total_steps, seed=a2c_kwargs["seed"],
             max_grad_norm=self.step.max_grad_norm, max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
-            learning_rate=self.lr, optimizer=self.optimizer_settings)
+            learning_rate=self.lr, optimizer=self.optimizer_settings, target_update_every=self.target_update_every)
         self.server_sync_interval = server_sync_interval
         self.ray = getattr(self.sampler, "ray", None)  # a Ray sampler: the server is an actor
+        self.hogwild = isinstance(self.sampler, MultiprocessSampler)
         self.server_generation = 0
         self.server_restarts = 0
         self.iterations = 0
-        self.server = self.start_server(state=None)
-        self.held = self.server_state()  # the newest server state the learner holds
-        self.mirror(self.held)
+        if self.hogwild:
+            self.shared = self.share()
+        else:
+            self.server = self.start_server(state=None)
+            self.held = self.server_state()  # the newest server state the learner holds
+            self.mirror(self.held)
 
     # -- the parameter server ---------------------------------------------------------------
+    def share(self) -> SharedParameters:
+        """parallel=multiprocess: the learner's model and optimiser, moved to shared memory."""
+        settings = self.server_settings
+        return SharedParameters(model=self.model, optimizer=self.optimizer, learning_rate=self.lr,
+                                total_steps=self.total_steps, max_grad_norm=settings["max_grad_norm"],
+                                max_consecutive_nonfinite=settings["max_consecutive_nonfinite"],
+                                target_update_every=self.target_update_every)
+
     def start_server(self, *, state: dict | None):
         if self.ray is None:
             return ParameterServer(**self.server_settings, state=state)
@@ -95,19 +112,37 @@ class A3C(A2C):
         self.version = state["version"]
 
     def get_weights(self) -> dict:
-        if self.ray is None:
-            return super().get_weights()
-        return {"parameter_server": self.server, "server_generation": self.server_generation}
+        """What workers are sent: the shared parameters, the Ray server's handle, or (local) the
+        server's weights; with `acting`, what their acting policy takes beside the weights."""
+        if self.hogwild:
+            weights = {"hogwild": self.shared}
+        elif self.ray is None:
+            weights = self.server.weights()[0]
+        else:
+            weights = {"parameter_server": self.server, "server_generation": self.server_generation}
+        acting = self.acting_options()
+        return {**weights, "acting": acting} if acting else weights
+
+    def acting_options(self) -> dict:
+        return {}
+
+    def sampler_version(self) -> int:
+        """Shared-memory workers read the newest weights themselves: they are sent the shared
+        parameters once (so policy lag says nothing here; staleness does)."""
+        return 0 if self.hogwild else self.version
 
     # -- one iteration ----------------------------------------------------------------------
     def training_step(self) -> StepResult:
-        batch, metrics = self.sample()
+        # A rollout from every worker, on average (one metrics row per rollout would be a lot).
+        batch, metrics = self.sample(min_rollouts=self.sampler.num_envs // self.sampler.worker_envs)
         self.steps_seen += batch.num_steps
         self.iterations += 1
-        if self.ray is None:
-            answers = self.apply_here(batch)
-        else:
-            answers = self.applied_remotely(batch)
+        if self.ray is not None:
+            self.keep_server(batch)
+        elif self.hogwild:
+            self.version = self.shared.version
+            metrics = {k: v for k, v in metrics.items() if not k.startswith("policy_lag")}  # see sampler_version
+        answers = self.workers_reports(batch) if self.hogwild or self.ray is not None else self.apply_here(batch)
         staleness = [a["staleness"] for a in answers]
         metrics.update(gradients_applied=len(answers), parameter_server_restarts=self.server_restarts,
                        policy_version=self.version)
@@ -118,7 +153,11 @@ class A3C(A2C):
         if losses:
             metrics.update({k: float(np.mean([loss[k] for loss in losses])) for k in losses[0]})
         metrics["lr"] = self.lr.value(steps_seen=self.steps_seen, total_steps=self.total_steps)
-        return StepResult(batch.num_steps, batch.episode_returns, batch.episode_lengths, metrics)
+        return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
+
+    def reported_episodes(self, batch) -> tuple[list, list]:
+        """Returns and lengths of the episodes the run's statistics count: all of them."""
+        return batch.episode_returns, batch.episode_lengths
 
     def apply_here(self, batch) -> list[dict]:
         """Each rollout's gradient, in worker order, on the in-process server."""
@@ -137,9 +176,9 @@ class A3C(A2C):
         count = len(batch.policy_versions)
         return [batch.num_steps // count] * count
 
-    def applied_remotely(self, batch) -> list[dict]:
-        """The workers applied their gradients themselves: read what they report; keep a copy
-        of the server's state every server_sync_interval iterations; restart a lost server."""
+    def keep_server(self, batch) -> None:
+        """Ray: the newest version the workers saw; every server_sync_interval iterations a copy
+        of the server's state; a lost server restarted from the newest copy."""
         lost = [g for g in batch.extras.get("server_lost", []) if g == self.server_generation]
         versions = batch.extras.get("server_version", [])
         if versions:
@@ -153,18 +192,28 @@ class A3C(A2C):
                 self.model.load_state_dict(state["model"])
         if lost:
             self.restart_server()
-        answers = batch.extras.get("staleness", [])
-        finite = batch.extras.get("nonfinite_updates", [])
-        return [{"staleness": s, "nonfinite_updates": n} for s, n in zip(answers, finite)]
+
+    def workers_reports(self, batch) -> list[dict]:
+        """What the workers that applied their gradients themselves report."""
+        staleness, nonfinite = batch.extras.get("staleness", []), batch.extras.get("nonfinite_updates", [])
+        return [{"staleness": s, "nonfinite_updates": n} for s, n in zip(staleness, nonfinite)]
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The newest server state the learner holds (with Ray: at most server_sync_interval
-        iterations old)."""
+        iterations old; with shared memory: read while workers may be writing it)."""
+        if self.hogwild:
+            self.version = self.shared.version
+            return {**super().state_dict(), "shared_counters": self.shared.counters.clone()}
         return {"server": self.held, "steps_seen": self.steps_seen, "version": self.version,
                 "server_restarts": self.server_restarts}
 
     def load_state_dict(self, state: dict) -> None:
+        if self.hogwild:
+            super().load_state_dict(state)  # the optimiser's state arrives in new tensors:
+            self.shared = self.share()  # shared again before any worker is sent them
+            self.shared.counters.copy_(state["shared_counters"])
+            return
         self.steps_seen, self.server_restarts = int(state["steps_seen"]), int(state["server_restarts"])
         self.held = state["server"]
         self.version = int(state["version"])

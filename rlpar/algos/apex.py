@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from rlpar.algos.dqn import DQN
+from rlpar.learning.exploration import SpreadEpsilons
 from rlpar.replay.actor import MAX_WRITES_IN_FLIGHT, PrioritizingWorker
 from rlpar.replay.nstep import most_transitions_per_rollout
 from rlpar.replay.rate_limiter import least_tolerance
@@ -53,18 +54,13 @@ class ApeX(DQN):
 
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
-        self.exploration_epsilon, self.exploration_alpha = exploration_epsilon, exploration_alpha
-        self.env_epsilons = self.actor_epsilons(dqn_kwargs["sampler"].num_envs)
-        self.greedy_envs = self.env_epsilons <= np.median(self.env_epsilons)
+        self.epsilons = SpreadEpsilons(num_envs=dqn_kwargs["sampler"].num_envs, epsilon=exploration_epsilon,
+                                       alpha=exploration_alpha)
         super().__init__(**dqn_kwargs)
 
     def epsilon(self) -> float:
         """The median actor's (the per-actor rates are in the weights)."""
-        return float(np.median(self.env_epsilons))
-
-    def actor_epsilons(self, count: int) -> np.ndarray:
-        exponents = 1.0 + self.exploration_alpha * np.arange(count) / max(count - 1, 1)
-        return self.exploration_epsilon ** exponents
+        return self.epsilons.median
 
     # -- the sharded replay -----------------------------------------------------------------
     def build_replay(self) -> None:
@@ -135,7 +131,7 @@ class ApeX(DQN):
         self.version += 1  # actors receive the new handle with the next weights
 
     def get_weights(self) -> dict:
-        weights = {**super().get_weights(), "epsilon": self.env_epsilons}
+        weights = {**super().get_weights(), "epsilon": self.epsilons.values}
         if self.ray is not None:
             weights["replay_shards"] = list(self.shards)
         return weights
@@ -219,11 +215,8 @@ class ApeX(DQN):
 
     def reported_episodes(self, batch) -> tuple[list, list]:
         """The greedier half of the environments' episodes (see the module's docstring)."""
-        greedy = [self.greedy_envs[batch.env_ids[column]] for _, column in batch.episode_ends]
-        returns = [r for r, keep in zip(batch.episode_returns, greedy) if keep]
-        lengths = [n for n, keep in zip(batch.episode_lengths, greedy) if keep]
         self.all_returns_mean = float(np.mean(batch.episode_returns)) if batch.episode_returns else None
-        return returns, lengths
+        return self.epsilons.greedier_episodes(batch)
 
     def replay_state(self) -> None:
         """The shards' contents are not checkpointed: a resumed run refills them."""

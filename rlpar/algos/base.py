@@ -79,7 +79,7 @@ class Algorithm(ABC):
         fetched = time.perf_counter()
         batches, metrics = [], {}
         while sum(len(b.policy_versions) for b in batches) < min_rollouts:
-            batches.append(self.sampler.sample(weights, self.version))
+            batches.append(self.sampler.sample(weights, self.sampler_version()))
             round_metrics = self.sampler.metrics()
             metrics = {k: metrics.get(k, 0.0) + v if k.startswith("time_") else v for k, v in round_metrics.items()}
         batch = Batch.concat(batches)
@@ -91,10 +91,14 @@ class Algorithm(ABC):
         active = batch.actor_idle_s + batch.actor_busy_s
         metrics["actor_idle_fraction"] = batch.actor_idle_s / active if active > 0 else 0.0
         if len(batches) > 1:
-            lags = [self.version - v for v in batch.policy_versions]
+            lags = [self.sampler_version() - v for v in batch.policy_versions]
             metrics.update(policy_lag_min=min(lags), policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
                            batches_this_iter=len(lags))
         return batch, metrics
+
+    def sampler_version(self) -> int:
+        """The version the sampler is told the weights have: workers get weights when it changes."""
+        return self.version
 
     def learning_rewards(self, batch: Batch) -> np.ndarray:
         """The rewards the losses see: divided by the running return's standard deviation

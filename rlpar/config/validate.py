@@ -118,6 +118,9 @@ def _check_worker_limits(c: _Checker, workers) -> None:
         c.problems.append(f"parallel.min_live_workers: {min_live} is more than workers ({workers})")
 
 
+Q_LEARNERS = ("DQN", "ApeX", "AsyncDQN")  # algorithm classes whose model is a Q-network
+
+
 def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     takes = _learner_keys(c)
 
@@ -150,6 +153,10 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
         number(name, low=0, high=1)
     if takes is not None and "replay" in takes:
         _check_replay(c, workers, envs_per_worker)
+    learner_class = str(c.get("algo._target_") or "").rsplit(".", 1)[-1]
+    if learner_class in Q_LEARNERS and not str(c.get("model._target_") or "").endswith("QNetworkSpec"):
+        c.problems.append(f"model: algo={c.get('algo.name')} learns Q-values and needs model=q_network, "
+                          f"got {c.get('model._target_')}")
     number("optimizer_eps", low=0, low_open=True)
     for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
                           ("normalize_rewards", ("auto", True, False))):
@@ -187,9 +194,6 @@ def _check_replay(c: _Checker, workers, envs_per_worker) -> None:
     if str(c.get("algo._target_")).endswith(".ApeX") and c.get("algo.replay.checkpoint"):
         c.problems.append("algo.replay.checkpoint: Ape-X's replay shards are not checkpointed (a resumed run refills "
                           "them); drop the key")
-    if not str(c.get("model._target_") or "").endswith("QNetworkSpec"):
-        c.problems.append(f"model: algo={c.get('algo.name')} learns Q-values and needs model=q_network, "
-                          f"got {c.get('model._target_')}")
 
 
 def _check_rate_limiter(c: _Checker, workers, envs_per_worker) -> None:

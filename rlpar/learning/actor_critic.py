@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.algos.base import advantage_inputs, valid_step_tensors
+from rlpar.algos.base import advantage_inputs, explained_variance, valid_step_tensors
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
@@ -24,6 +24,7 @@ class ActorCriticLoss:
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     normalize_advantages: bool = False
+    model_names = ("model",)  # what a gradient worker keeps a copy of
 
     def __post_init__(self):
         if self.advantage not in ADVANTAGES:
@@ -41,6 +42,16 @@ class ActorCriticLoss:
         """The loss's tensors: the rollout's valid steps only."""
         return valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "advantages": advantages,
                                    "returns": returns}, batch.valid, device)
+
+    def loss(self, models: dict, batch, rewards):
+        """A gradient worker's view: (the loss on this rollout, its parts and the critic's
+        explained variance, as logged)."""
+        advantages, returns = self.targets(batch, rewards)
+        loss, parts = self(models["model"], **self.inputs(batch, advantages, returns, "cpu"))
+        keep = batch.valid.reshape(-1)
+        loss_policy, loss_value, loss_entropy = parts.tolist()
+        return loss, {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
+                      "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])}
 
     def __call__(self, model, obs, actions, advantages, returns):
         """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x

@@ -1,11 +1,13 @@
 """A3C's worker: acts like any rollout worker, then computes the actor-critic gradient of its own
 rollout with a torch copy of the model, and sends the gradient instead of the data.
 
-With a parameter server handle (a Ray actor, parallel=distributed, sent with the weights) the
-worker applies its gradient there itself and takes the newest weights back at once; otherwise
-(parallel=local and multiprocess) the gradient travels back with the batch (`Batch.extras`) to
-the learner, which holds the parameter server. Either way the rollout's arrays are not needed
-by anyone else once the gradient exists.
+Where the gradient goes, by what comes with the first weights:
+- a Ray parameter server's handle (parallel=distributed): the worker applies its gradient there
+  itself and takes the newest weights back at once;
+- shared-memory parameters (rlpar.learning.hogwild, parallel=multiprocess): the worker reads the
+  newest weights before each rollout and applies its gradient to them in place;
+- plain weights (parallel=local): the gradient travels back with the batch (`Batch.extras`) to
+  the learner's in-process parameter server.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from rlpar.sampling.rollout import RolloutWorker
 
 class GradientWorker(RolloutWorker):
     def __init__(self, *, objective, reward_scale: float = 1.0, **rollout_kwargs):
-        """`objective`: the ActorCriticLoss whose gradient the worker computes."""
+        """`objective`: what the worker differentiates (ActorCriticLoss, NStepQLoss): its
+        `model_names` and `loss(models, batch, rewards) -> (loss, statistics)`."""
         own_process = "torch" not in sys.modules  # a worker process of its own, not the learner's
         import torch
 
@@ -28,16 +31,23 @@ class GradientWorker(RolloutWorker):
             torch.set_num_threads(1)  # many workers share the cores
         super().__init__(**rollout_kwargs)
         self.torch = torch
-        self.model = self.policy_spec.build()
+        # the trained model, and any other the objective reads (n-step Q: the target network)
+        self.models = {name: self.policy_spec.build() for name in objective.model_names}
+        self.model = self.models["model"]
         self.parameters = list(self.model.parameters())
         self.objective, self.reward_scale = objective, reward_scale
+        self.acting: dict = {}  # what the acting policy takes beside the weights (ε per environment)
         self.server = None  # a Ray handle of the parameter server (parallel=distributed)
         self.server_generation = -1
+        self.shared = None  # SharedParameters (parallel=multiprocess)
 
     def set_weights(self, weights: dict, version: int) -> None:
         """The learner's weights, or (distributed) the parameter server's handle: a new server,
         or a restarted one, is asked for its weights."""
-        if "parameter_server" not in weights:
+        self.acting = weights.get("acting", self.acting)
+        if "hogwild" in weights:
+            self.shared = weights["hogwild"]
+        elif "parameter_server" not in weights:
             self.adopt(weights, version)
         elif weights["server_generation"] != self.server_generation:
             import ray
@@ -49,39 +59,45 @@ class GradientWorker(RolloutWorker):
                 pass  # it died already: the learner restarts it and sends the new handle
 
     def adopt(self, weights: dict, version: int) -> None:
-        super().set_weights(weights, version)  # the numpy acting policy
-        self.model.load_state_dict({k: self.torch.as_tensor(v) for k, v in weights.items()})
+        """Weights from the server: the model's, and `<name>.`-prefixed ones for the others."""
+        others = tuple(name for name in self.models if name != "model")
+        own = {k: v for k, v in weights.items() if k != "acting" and not k.startswith(tuple(f"{n}." for n in others))}
+        super().set_weights({**own, **self.acting}, version)  # the numpy acting policy
+        self.model.load_state_dict({k: self.torch.as_tensor(v) for k, v in own.items()})
+        for name in others:
+            prefix = f"{name}."
+            self.models[name].load_state_dict(
+                {k[len(prefix):]: self.torch.as_tensor(v) for k, v in weights.items() if k.startswith(prefix)})
 
     def sample(self, out=None):
+        if self.shared is not None:
+            self.adopt(*self.shared.weights())
         batch = super().sample(out)
         gradients, stats = self.gradients(batch)
         moments = raw_obs_moments(batch)
-        if self.server is None:
+        if self.shared is not None:
+            answer = self.shared.apply(gradients, self.policy_version, batch.num_steps, moments)
+        elif self.server is not None:
+            import ray
+
+            request = self.server.apply.remote(gradients, self.policy_version, batch.num_steps, moments)
+            try:
+                answer = ray.get(request)
+            except ray.exceptions.RayActorError:
+                batch.extras = {"server_lost": [self.server_generation]}
+                return batch
+            self.adopt(answer["weights"], answer["version"])
+        else:
             batch.extras = {"gradients": [gradients], "obs_moments": [moments], "loss": [stats]}
             return batch
-        import ray
-
-        try:
-            answer = ray.get(self.server.apply.remote(gradients, self.policy_version, batch.num_steps, moments))
-        except ray.exceptions.RayActorError:
-            batch.extras = {"server_lost": [self.server_generation]}
-            return batch
-        self.adopt(answer["weights"], answer["version"])
         batch.extras = {"staleness": [answer["staleness"]], "server_version": [answer["version"]], "loss": [stats],
                         "nonfinite_updates": [answer["nonfinite_updates"]]}
         return batch
 
     def gradients(self, batch) -> tuple[list[np.ndarray], dict]:
-        """The gradient of the objective on this rollout (one array per parameter), and the
-        loss's parts and the critic's explained variance."""
-        from rlpar.algos.base import explained_variance
-
-        advantages, returns = self.objective.targets(batch, batch.rewards * np.float32(self.reward_scale))
-        loss, parts = self.objective(self.model, **self.objective.inputs(batch, advantages, returns, "cpu"))
+        """The gradient of the objective on this rollout (one array per parameter of the model)
+        and the loss's statistics."""
+        loss, stats = self.objective.loss(self.models, batch, batch.rewards * np.float32(self.reward_scale))
         self.model.zero_grad(set_to_none=True)
         loss.backward()
-        keep = batch.valid.reshape(-1)
-        loss_policy, loss_value, loss_entropy = parts.tolist()
-        stats = {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
-                 "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])}
         return [p.grad.numpy() for p in self.parameters], stats

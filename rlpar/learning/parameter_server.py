@@ -9,6 +9,8 @@ this class (`ray::ParameterServer`); with parallel=multiprocess it lives in the 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -19,8 +21,11 @@ from rlpar.learning.step import GuardedStep
 
 class ParameterServer:
     def __init__(self, *, policy_spec, optimizer: dict, learning_rate: LearningRate, total_steps: int,
-                 max_grad_norm: float, max_consecutive_nonfinite: int, seed: int, state: dict | None = None):
-        """`optimizer`: build_optimizer's keywords; `state`: what `state()` returned (a restart)."""
+                 max_grad_norm: float, max_consecutive_nonfinite: int, seed: int, state: dict | None = None,
+                 target_update_every: int | None = None):
+        """`optimizer`: build_optimizer's keywords; `state`: what `state()` returned (a restart);
+        `target_update_every`: keep a target network, a hard copy every so many gradients
+        (asynchronous n-step Q-learning), handed out with the weights as `target.<name>`."""
         torch.manual_seed(seed)
         torch.set_num_threads(1)  # one update at a time; the workers need the other cores
         self.model = policy_spec.build()
@@ -29,6 +34,7 @@ class ParameterServer:
         self.step = GuardedStep(parameters=self.parameters, optimizer=self.optimizer, max_grad_norm=max_grad_norm,
                                 max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.learning_rate, self.total_steps = learning_rate, total_steps
+        self.target = TargetNetwork(self.model, target_update_every) if target_update_every else None
         self.version = 0
         self.env_steps = 0  # the experience behind the applied gradients (the lr schedule's clock)
         if state is not None:
@@ -46,20 +52,47 @@ class ParameterServer:
         if obs_moments is not None:
             self.model.obs_normalizer.update(*obs_moments)
         self.version += 1
+        if self.target is not None:
+            self.target.refresh(self.version)
         weights, version = self.weights()
         return {"weights": weights, "version": version, "staleness": staleness,
                 "nonfinite_updates": self.step.nonfinite_updates}
 
     def weights(self) -> tuple[dict, int]:
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}, self.version
+        return numpy_weights(self.model, self.target), self.version
 
     def state(self) -> dict:
         """What a restarted server needs to go on: weights, optimiser state and counters."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
-                "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
+                 "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
+        if self.target is not None:
+            state["target"] = self.target.model.state_dict()
+        return state
 
     def load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
         self.step.nonfinite_updates = int(state["nonfinite_updates"])
+        if self.target is not None:
+            self.target.model.load_state_dict(state["target"])
+
+
+class TargetNetwork:
+    """A frozen copy of a model, refreshed by a hard copy every `every` versions."""
+
+    def __init__(self, model, every: int):
+        self.model = copy.deepcopy(model).requires_grad_(False)
+        self.every, self.source = every, model
+
+    def refresh(self, version: int) -> None:
+        if version % self.every == 0:
+            self.model.load_state_dict(self.source.state_dict())
+
+
+def numpy_weights(model, target: TargetNetwork | None = None) -> dict:
+    """A numpy copy of the model's weights, with the target network's as `target.<name>`."""
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    if target is not None:
+        weights.update({f"target.{k}": v.detach().numpy().copy() for k, v in target.model.state_dict().items()})
+    return weights

@@ -1,0 +1,88 @@
+"""A3C's parameter server with parallel=multiprocess, as the paper ran it: the model's parameters,
+the optimiser's statistics and two counters in shared memory, updated in place by every worker
+process without locks (Hogwild; Recht et al. 2011, Mnih et al. 2016 §4).
+
+The learner builds it once and sends it to each worker with its first request: one pickle holds
+the model, its optimiser and the counters, so the optimiser's parameters are the model's, and
+their shared storage travels as handles, not copies. A worker reads the newest weights before
+each rollout and applies its gradient right after; `apply` answers how many updates other
+workers made in between (the gradient's staleness). The counters' increments may race, so under
+contention the version can undercount the updates by a few.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlpar.learning.parameter_server import TargetNetwork, numpy_weights
+from rlpar.learning.step import GuardedStep
+
+VERSION, ENV_STEPS = 0, 1
+
+
+class SharedParameters:
+    def __init__(self, *, model, optimizer, learning_rate, total_steps: int, max_grad_norm: float,
+                 max_consecutive_nonfinite: int, target_update_every: int | None = None):
+        """`model` and `optimizer` are the learner's: moved into shared memory in place (a target
+        network too, with `target_update_every`, refreshed by whichever worker's update crosses
+        a multiple)."""
+        model.share_memory()
+        self.target = TargetNetwork(model, target_update_every) if target_update_every else None
+        if self.target is not None:
+            self.target.model.share_memory()
+        for tensor in optimizer_tensors(optimizer):
+            tensor.share_memory_()
+        self.model, self.optimizer = model, optimizer
+        self.counters = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self.learning_rate, self.total_steps = learning_rate, total_steps
+        self.max_grad_norm, self.max_consecutive_nonfinite = max_grad_norm, max_consecutive_nonfinite
+        self.step = None  # each process builds its own guard (its counts are per worker)
+
+    @property
+    def version(self) -> int:
+        return int(self.counters[VERSION])
+
+    def weights(self) -> tuple[dict, int]:
+        """A numpy copy of the newest weights, and their version (read without a lock: another
+        worker may be writing them)."""
+        version = self.version
+        return numpy_weights(self.model, self.target), version
+
+    def apply(self, gradients, version: int, env_steps: int, obs_moments=None) -> dict:
+        if self.step is None:
+            self.step = GuardedStep(parameters=list(self.model.parameters()), optimizer=self.optimizer,
+                                    max_grad_norm=self.max_grad_norm,
+                                    max_consecutive_nonfinite=self.max_consecutive_nonfinite)
+        staleness = self.version - version
+        seen = int(self.counters[ENV_STEPS]) + env_steps
+        self.learning_rate.apply(self.optimizer, steps_seen=seen, total_steps=self.total_steps)
+        for parameter, gradient in zip(self.model.parameters(), gradients):
+            parameter.grad = torch.as_tensor(gradient)
+        self.step.apply_gradients()
+        if obs_moments is not None:
+            self.model.obs_normalizer.update(*obs_moments)
+        self.counters += torch.tensor([1, env_steps])
+        if self.target is not None:
+            self.target.refresh(self.version)
+        return {"staleness": staleness, "version": self.version, "nonfinite_updates": self.step.nonfinite_updates}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "step": None}
+
+
+def optimizer_tensors(optimizer) -> list[torch.Tensor]:
+    """Every state tensor of a torch optimiser or a LeanAdam, created now if it is created lazily
+    (a shared statistic must exist before the workers start)."""
+    if hasattr(optimizer, "exp_avgs"):  # LeanAdam keeps its state in lists from the start
+        return optimizer.exp_avgs + optimizer.exp_avg_sqs + optimizer.steps
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    if not optimizer.state:
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.param_groups[0]["lr"] = 0.0
+        for p in parameters:
+            p.grad = torch.zeros_like(p)
+        optimizer.step()  # with lr 0 and zero gradients: creates the state, changes no parameter
+        optimizer.param_groups[0]["lr"] = lr
+        for p in parameters:
+            p.grad = None
+    return [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
