@@ -17,6 +17,8 @@ Where the parameter server runs:
   rlpar.learning.hogwild). The learner's model is that shared model.
 - parallel=local: in the learner's process, one worker, one gradient per iteration, applied
   before the next rollout: synchronous, and then exactly A2C with the same hyper-parameters.
+Except with shared memory, the server owns the weights and the optimiser; the learner's own
+(A2C's) model and optimiser are only the initial ones.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ class A3C(A2C):
             self.shared = self.share()
         else:
             self.server = self.start_server(state=None)
-            self.held = self.server_state()  # the newest server state the learner holds
-            self.mirror(self.held)
+        if self.ray is not None:
+            self.held = self.server_state()  # the newest copy of the Ray server's state
 
     # -- the parameter server ---------------------------------------------------------------
     def share(self) -> SharedParameters:
@@ -84,18 +86,11 @@ class A3C(A2C):
         return self.ray.remote(ParameterServer).options(num_cpus=0).remote(**self.server_settings, state=state)
 
     def server_state(self) -> dict | None:
-        """The server's state (None when a Ray server does not answer: it is restarted)."""
-        if self.ray is None:
-            return self.server.state()
+        """The Ray server's state (None when it does not answer: it is restarted)."""
         try:
             return self.ray.get(self.server.state.remote(), timeout=60)
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
             return None
-
-    def mirror(self, state: dict) -> None:
-        """The learner's model takes the server's weights (what get_weights hands out)."""
-        self.model.load_state_dict(state["model"])
-        self.version = int(state["version"])
 
     def restart_server(self) -> None:
         """From the newest state held, its version moved past every version handed out, so
@@ -134,7 +129,7 @@ class A3C(A2C):
     # -- one iteration ----------------------------------------------------------------------
     def training_step(self) -> StepResult:
         # A rollout from every worker, on average (one metrics row per rollout would be a lot).
-        batch, metrics = self.sample(min_rollouts=self.sampler.num_envs // self.sampler.worker_envs)
+        batch, metrics = self.sample(min_rollouts=self.sampler.num_rollout_workers)
         self.steps_seen += batch.num_steps
         self.iterations += 1
         if self.ray is not None:
@@ -166,9 +161,7 @@ class A3C(A2C):
                        self.rollout_steps(batch))
         for gradients, version, moments, steps in rollouts:
             answers.append(self.server.apply(gradients, version, steps, moments))
-        if answers:
-            self.held = self.server_state()
-            self.mirror(self.held)
+        self.version = self.server.version
         return answers
 
     def rollout_steps(self, batch) -> list[int]:
@@ -189,7 +182,6 @@ class A3C(A2C):
                 lost = [self.server_generation]
             else:
                 self.held = state
-                self.model.load_state_dict(state["model"])
         if lost:
             self.restart_server()
 
@@ -200,12 +192,14 @@ class A3C(A2C):
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The newest server state the learner holds (with Ray: at most server_sync_interval
-        iterations old; with shared memory: read while workers may be writing it)."""
+        """The server's state: in this process, current; with Ray, the newest copy held (at most
+        server_sync_interval iterations old); in shared memory, read while workers may be
+        writing it."""
         if self.hogwild:
             self.version = self.shared.version
             return {**super().state_dict(), "shared_counters": self.shared.counters.clone()}
-        return {"server": self.held, "steps_seen": self.steps_seen, "version": self.version,
+        server = self.server.state() if self.ray is None else self.held
+        return {"server": server, "steps_seen": self.steps_seen, "version": self.version,
                 "server_restarts": self.server_restarts}
 
     def load_state_dict(self, state: dict) -> None:
@@ -215,14 +209,13 @@ class A3C(A2C):
             self.shared.counters.copy_(state["shared_counters"])
             return
         self.steps_seen, self.server_restarts = int(state["steps_seen"]), int(state["server_restarts"])
-        self.held = state["server"]
         self.version = int(state["version"])
         if self.ray is None:
-            self.server.load_state(self.held)
-        else:
-            self.restart_server()
-            self.server_restarts -= 1  # a resume is not a failure
-        self.mirror(self.held)
+            self.server.load_state(state["server"])
+            return
+        self.held = state["server"]
+        self.restart_server()
+        self.server_restarts -= 1  # a resume is not a failure
 
     def close(self) -> None:
         if self.ray is not None:

@@ -88,8 +88,7 @@ class ApeX(DQN):
                                                     rollout_length=self.sampler.rollout_length, n=self.n_step)
         least = least_tolerance(samples_per_insert=samples_per_insert, insert_batch=insert_batch,
                                 sample_batch=self.batch_size)
-        actors = self.sampler.num_envs // self.sampler.worker_envs
-        writes_per_shard = -(-actors * (MAX_WRITES_IN_FLIGHT + 1) // self.num_shards)  # unanswered at once
+        writes_per_shard = -(-self.sampler.num_rollout_workers * (MAX_WRITES_IN_FLIGHT + 1) // self.num_shards)  # unanswered at once
         tolerance = replay.rate_tolerance or least + samples_per_insert * insert_batch * writes_per_shard
         return dict(min_size=max(-(-self.learning_starts // self.num_shards), self.batch_size),
                     samples_per_insert=samples_per_insert, tolerance=tolerance, insert_batch=insert_batch,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from rlpar.learning.parameter_server import TargetNetwork, numpy_weights
+from rlpar.learning.parameter_server import TargetNetwork, apply_gradient, numpy_weights
 from rlpar.learning.step import GuardedStep
 
 VERSION, ENV_STEPS = 0, 1
@@ -54,13 +54,9 @@ class SharedParameters:
                                     max_grad_norm=self.max_grad_norm,
                                     max_consecutive_nonfinite=self.max_consecutive_nonfinite)
         staleness = self.version - version
-        seen = int(self.counters[ENV_STEPS]) + env_steps
-        self.learning_rate.apply(self.optimizer, steps_seen=seen, total_steps=self.total_steps)
-        for parameter, gradient in zip(self.model.parameters(), gradients):
-            parameter.grad = torch.as_tensor(gradient)
-        self.step.apply_gradients()
-        if obs_moments is not None:
-            self.model.obs_normalizer.update(*obs_moments)
+        apply_gradient(self.step, gradients, model=self.model, learning_rate=self.learning_rate,
+                       steps_seen=int(self.counters[ENV_STEPS]) + env_steps, total_steps=self.total_steps,
+                       obs_moments=obs_moments)
         self.counters += torch.tensor([1, env_steps])
         if self.target is not None:
             self.target.refresh(self.version)

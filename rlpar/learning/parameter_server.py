@@ -45,12 +45,8 @@ class ParameterServer:
         newest weights, their version, and how stale the gradient was."""
         staleness = self.version - version
         self.env_steps += env_steps
-        self.learning_rate.apply(self.optimizer, steps_seen=self.env_steps, total_steps=self.total_steps)
-        for parameter, gradient in zip(self.parameters, gradients):
-            parameter.grad = torch.as_tensor(gradient)
-        self.step.apply_gradients()
-        if obs_moments is not None:
-            self.model.obs_normalizer.update(*obs_moments)
+        apply_gradient(self.step, gradients, model=self.model, learning_rate=self.learning_rate,
+                       steps_seen=self.env_steps, total_steps=self.total_steps, obs_moments=obs_moments)
         self.version += 1
         if self.target is not None:
             self.target.refresh(self.version)
@@ -76,6 +72,19 @@ class ParameterServer:
         self.step.nonfinite_updates = int(state["nonfinite_updates"])
         if self.target is not None:
             self.target.model.load_state_dict(state["target"])
+
+
+def apply_gradient(step: GuardedStep, gradients, *, model, learning_rate: LearningRate, steps_seen: int,
+                   total_steps: int, obs_moments=None) -> None:
+    """One worker's gradient (one array per parameter, in order) on a server's model: the lr for
+    `steps_seen`, the guarded step (clipped; skipped if not finite), then the observation
+    statistics of the rollout behind it."""
+    learning_rate.apply(step.optimizer, steps_seen=steps_seen, total_steps=total_steps)
+    for parameter, gradient in zip(step.parameters, gradients):
+        parameter.grad = torch.as_tensor(gradient)
+    step.apply_gradients()
+    if obs_moments is not None:
+        model.obs_normalizer.update(*obs_moments)
 
 
 class TargetNetwork:

@@ -78,10 +78,10 @@ class RingStorage:
         return {name: array[indices] for name, array in self._arrays.items()}
 
     def state_dict(self) -> dict:
-        import torch  # the learner checkpoints; actors and shards need no torch
-
         """Tensors sharing memory with the filled slots (a checkpoint must not copy a buffer that
         may hold most of the machine's memory); save it before the next `add`."""
+        import torch  # the learner checkpoints; actors and shards need no torch
+
         return {
             "fields": {name: torch.from_numpy(array[: self._size]) for name, array in self._arrays.items()},
             "cursor": self._cursor,

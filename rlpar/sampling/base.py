@@ -39,6 +39,11 @@ class Sampler(ABC):
     worker_envs: int  # environments in one worker's rollout
     rollout_length: int  # steps per environment in a rollout
 
+    @property
+    def num_rollout_workers(self) -> int:
+        """Workers stepping environments, each its own rollouts (1 for in-process sampling)."""
+        return self.num_envs // self.worker_envs
+
     @abstractmethod
     def sample(self, weights: dict, version: int) -> Batch: ...
 
