@@ -96,8 +96,13 @@ def test_worker_processes_update_the_shared_parameters_asynchronously(make_cfg, 
         initial = [p.detach().clone() for p in trainer.algorithm.model.parameters()]
         rows = metric_rows(trainer, 60)
         learned = [p.detach().clone() for p in trainer.algorithm.model.parameters()]
+        evaluated_weights = trainer.algorithm.policy_weights()
+        evaluation = trainer.evaluate(num_episodes=2)  # the shared weights, not what workers are sent
     finally:
         trainer.close()
+    for (name, _), value in zip(trainer.algorithm.model.named_parameters(), learned):
+        np.testing.assert_array_equal(evaluated_weights[name], value.numpy())
+    assert evaluation["eval_episodes"] == 2 and evaluation["eval_return_min"] >= 8
     applied = sum(row["gradients_applied"] for row in rows)
     assert applied >= 60 and 0 <= rows[-1]["policy_version"] - applied <= 3  # (gradients of rollouts in flight)
     assert max(row["gradient_staleness_max"] for row in rows if "gradient_staleness_max" in row) >= 1

@@ -194,6 +194,9 @@ def test_a3c_parameter_server_is_an_actor_and_a_killed_one_is_restarted(cluster,
         os.kill(server_pid, 9)
         after = [trainer.train() for _ in range(40)]
         new_pid = ray.get(algorithm.server.__ray_call__.remote(lambda server: os.getpid()))
+        served = ray.get(algorithm.server.weights.remote())[0]
+        evaluated_weights = algorithm.policy_weights()
+        evaluation = trainer.evaluate(num_episodes=2)  # the server's weights, not its handle
     finally:
         trainer.close()
     stale = [row["gradient_staleness_max"] for row in before if "gradient_staleness_max" in row]
@@ -202,3 +205,4 @@ def test_a3c_parameter_server_is_an_actor_and_a_killed_one_is_restarted(cluster,
     assert after[-1]["parameter_server_restarts"] == 1 and new_pid != server_pid
     assert held_version > 0 and after[-1]["policy_version"] > held_version + 20  # learning went on
     assert sum(row["gradients_applied"] for row in after[-10:]) >= 10
+    assert evaluated_weights.keys() == served.keys() and evaluation["eval_return_min"] >= 8

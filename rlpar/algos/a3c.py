@@ -121,6 +121,16 @@ class A3C(A2C):
     def acting_options(self) -> dict:
         return {}
 
+    def policy_weights(self) -> dict:
+        if self.hogwild:
+            return self.shared.weights()[0]
+        if self.ray is None:
+            return self.server.weights()[0]
+        try:
+            return self.ray.get(self.server.weights.remote(), timeout=60)[0]
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
+            return {k: v.detach().cpu().numpy() for k, v in self.held["model"].items()}  # the newest copy
+
     def sampler_version(self) -> int:
         """Shared-memory workers read the newest weights themselves: they are sent the shared
         parameters once (so policy lag says nothing here; staleness does)."""

@@ -70,6 +70,11 @@ class Algorithm(ABC):
         """CPU numpy copies: cheap to send to any process and safe to hold across updates."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
+    def policy_weights(self) -> dict:
+        """The newest weights, as numpy, for evaluating the policy away from the workers (what
+        get_weights sends them may be a handle to where the weights live instead)."""
+        return self.get_weights()
+
     def sample(self, *, min_rollouts: int = 1) -> tuple[Batch, dict]:
         """A batch acted with the current weights (blocking samplers) or recent ones (non-blocking:
         rounds are taken until `min_rollouts` worker rollouts have arrived), refused if the

@@ -157,7 +157,7 @@ class Trainer:
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self, num_episodes: int = 10) -> dict:
         return evaluate_policy(
-            self.algorithm.get_weights(),
+            self.algorithm.policy_weights(),
             policy_spec=self.algorithm.policy_spec,
             env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + 10_000
         )
