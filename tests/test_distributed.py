@@ -93,9 +93,12 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
     from disk, is the same in parallel=local, multiprocess and distributed."""
     from rlpar.runtime.build import build_trainer
 
+    central = "parallel.inference=central"
     layouts = {"local": ("workers=1", "envs_per_worker=8"),
                "multiprocess": ("parallel=multiprocess", "workers=4", "envs_per_worker=2"),
-               "distributed": ("parallel=distributed", "workers=2", "envs_per_worker=4")}
+               "distributed": ("parallel=distributed", "workers=2", "envs_per_worker=4"),
+               "multiprocess-central": ("parallel=multiprocess", "workers=2", "envs_per_worker=4", central),
+               "distributed-central": ("parallel=distributed", "workers=4", "envs_per_worker=2", central)}
     rows = {}
     for name, layout in layouts.items():
         run_dir = tmp_path / name
@@ -109,8 +112,35 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
         keys = ("iteration", "env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value")
         rows[name] = [{k: row.get(k) for k in keys} for row in metrics_rows(run_dir)]
     assert len(rows["local"]) == iterations and rows["local"][-1]["episodes"] > 5
-    assert rows["multiprocess"] == rows["local"]
-    assert rows["distributed"] == rows["local"]
+    for name in layouts:
+        assert rows[name] == rows["local"], name
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_distributed_central_inference_first_batch_is_local_and_served_on_the_learners_node(cluster, make_cfg,
+                                                                                          tmp_path, algo):
+    from rlpar.runtime.build import build_trainer
+    from tests.test_samplers import first_batch
+
+    common = (f"algo={algo}", "algo.rollout_length=16", "parallel.inference=central", "parallel.sync_mode=blocking")
+    local, _ = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
+    trainer = build_trainer(make_cfg(*common, "parallel=distributed", "workers=4", "envs_per_worker=2",
+                                     run_dir=tmp_path / "central"))
+    try:
+        algorithm = trainer.algorithm
+        central = algorithm.sampler.sample(algorithm.get_weights(), algorithm.version)
+        metrics = algorithm.sampler.metrics()
+        server_node, server_pid = ray.get(algorithm.sampler.inference.location.remote())
+        assert server_node == ray.get_runtime_context().get_node_id()
+        assert server_pid not in algorithm.sampler.worker_pids()
+        assert algorithm.sampler.num_nodes() == 2  # the runners still spread over both nodes
+    finally:
+        trainer.close()
+    for field in ("obs", "actions", "logp", "values", "rewards", "valid", "bootstrap_value", "last_obs"):
+        np.testing.assert_array_equal(getattr(local, field), getattr(central, field), err_msg=field)
+    # 16 steps and a bootstrap for 8 environments, in batches of one to four runners' requests
+    assert metrics["inference_batches"] * metrics["inference_batch_mean"] == pytest.approx(17 * 8)
+    assert 17 <= metrics["inference_batches"] <= 4 * 17
 
 
 def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path):

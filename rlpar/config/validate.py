@@ -77,6 +77,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     if c.get("parallel.max_policy_lag") != "auto":
         c.number("parallel.max_policy_lag", integer=True, low=0, optional=True)
     _check_worker_limits(c, workers)
+    _check_inference(c)
     target = str(c.get("parallel._target_") or "")
     if target.endswith("LocalSampler") and c.get("parallel.sync_mode") == "non_blocking":
         c.problems.append("parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local sampling runs in the learner's thread)")
@@ -119,6 +120,21 @@ def _check_worker_limits(c: _Checker, workers) -> None:
 
 
 Q_LEARNERS = ("DQN", "ApeX", "AsyncDQN")  # algorithm classes whose model is a Q-network
+# Algorithms whose workers only act and step (RolloutWorker), so a central server can act for them.
+CENTRAL_INFERENCE_LEARNERS = ("PPO", "A2C", "IMPALA", "APPO", "DQN")
+
+
+def _check_inference(c: _Checker) -> None:
+    """`parallel.inference` (central: SEED-style inference on the learner's side)."""
+    c.choice("parallel.inference", ("worker", "central"))
+    c.number("parallel.inference_wait_ms", low=0, optional=True)
+    learner_class = str(c.get("algo._target_") or "").rsplit(".", 1)[-1]
+    if c.get("parallel.inference") == "central" and learner_class not in CENTRAL_INFERENCE_LEARNERS:
+        c.problems.append(
+            f"parallel.inference: central needs workers that only step environments; algo={c.get('algo.name')}'s "
+            f"workers do more ({'compute gradients' if learner_class in ('A3C', 'AsyncDQN') else 'prioritise their own replay with their own ε'}); "
+            f"use parallel.inference=worker, or algo=ppo, a2c, impala, appo or dqn"
+        )
 
 
 def _check_algo(c: _Checker, workers, envs_per_worker) -> None:

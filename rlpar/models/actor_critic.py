@@ -61,6 +61,10 @@ class ActorCritic(nn.Module):
                 x = self.activation(x)
         return x[ACTOR, :, : self.num_outputs], x[CRITIC, :, 0]
 
+    def acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What NumpyPolicy.outputs computes, for a central inference server on a GPU."""
+        return self.towers(obs)
+
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True):
         """Log-probabilities, entropies (None unless asked) and values, written out by hand:
         torch.distributions does the same maths with several times the per-call overhead."""

@@ -16,12 +16,9 @@ if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a
     from rlpar.models.spec import PolicySpec
 
 
+from rlpar.models.numpy_acting import ACTIVATIONS, NumpyActing
+
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-_ACTIVATIONS = {
-    "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "elu": lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),
-}
 
 
 def _towers(weights: dict) -> tuple[list, list]:
@@ -36,11 +33,11 @@ def _towers(weights: dict) -> tuple[list, list]:
     return actor, critic
 
 
-class NumpyPolicy:
+class NumpyPolicy(NumpyActing):
     def __init__(self, spec: PolicySpec, clip_obs: float = 10.0, epsilon: float = 1e-8):
         self.spec = spec
         self.discrete = spec.action.discrete
-        self.activation = _ACTIVATIONS[spec.activation]
+        self.activation = ACTIVATIONS[spec.activation]
         self.clip_obs, self.epsilon = clip_obs, epsilon
         self.actor: list = []
         self.critic: list = []
@@ -74,7 +71,8 @@ class NumpyPolicy:
         w, b = layers[-1]
         return x @ w + b  # padded to max(actions, 1) columns; callers slice
 
-    def _forward(self, obs: np.ndarray):
+    def outputs(self, obs: np.ndarray):
+        """Actor outputs [N, A] and values [N], in float64."""
         # float64: BLAS kernels round differently for different batch sizes; in double precision
         # the differences vanish when results are stored as float32, so a worker with 2
         # environments acts exactly like one with 8 (same seed, same batch in every parallel mode).
@@ -82,22 +80,15 @@ class NumpyPolicy:
         size = self.spec.action.size
         if len(self.actor) == 1:  # no hidden layers
             out = obs @ self._first_w + self._first_b
-            return out[:, :size], out[:, self._split : self._split + 1]
+            return out[:, :size], out[:, self._split]
         hidden = self.activation(obs @ self._first_w + self._first_b)
         actor = self._tail(self.actor, hidden[:, : self._split])[:, :size]
-        return actor, self._tail(self.critic, hidden[:, self._split :])
+        return actor, self._tail(self.critic, hidden[:, self._split :])[:, 0]
 
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        return self._forward(obs)[1][:, 0].astype(np.float32)
-
-    def act(self, obs: np.ndarray, noise: np.ndarray | None):
-        """Actions, log-probabilities and values for normalised observations.
-
-        Randomness comes only from `noise` (uniforms for categorical, standard normals for
-        Gaussian), one row per environment; `noise=None` acts greedily.
-        """
-        out, values = self._forward(obs)
-        values = values[:, 0]
+    def choose(self, outputs: tuple, noise: np.ndarray | None):
+        """Randomness comes only from `noise` (uniforms for categorical, standard normals for
+        Gaussian), one row per environment."""
+        out, values = outputs
         if self.discrete:
             shifted = out - out.max(axis=1, keepdims=True)
             logp_all = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
@@ -109,7 +100,7 @@ class NumpyPolicy:
             logp = logp_all[np.arange(len(actions)), actions]
             return actions, logp.astype(np.float32), values.astype(np.float32)
         if noise is None:
-            return out.astype(np.float32), np.zeros(len(obs), np.float32), values.astype(np.float32)
+            return out.astype(np.float32), np.zeros(len(out), np.float32), values.astype(np.float32)
         actions = out + np.exp(self.log_std) * noise
         logp = (-0.5 * np.square(noise) - self.log_std - LOG_SQRT_2PI).sum(axis=1)
         return actions.astype(np.float32), logp.astype(np.float32), values.astype(np.float32)

@@ -42,3 +42,7 @@ class QNetwork(nn.Module):
         if self.value is None:
             return advantage
         return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
+
+    def acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor]:
+        """What NumpyQPolicy.outputs computes, for a central inference server on a GPU."""
+        return (self(obs),)

@@ -73,6 +73,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
         seed=container["seed"],
         worker_class=algo_cls.worker_class,
         worker_options=algo_cls.worker_options(algo),
+        inference_device=container["hardware"]["device"],
     )
     algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
     if algo_cfg.get("normalize_rewards") == "auto":

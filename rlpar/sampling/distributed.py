@@ -14,6 +14,7 @@ import time
 
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure
+from rlpar.sampling.inference import InferenceServer, RayInferenceClient
 from rlpar.sampling.pool import WorkerPoolSampler
 
 
@@ -63,6 +64,7 @@ class DistributedSampler(WorkerPoolSampler):
         self.location_refs: dict = {}  # object ref -> starting worker
         self.pending: dict = {}  # object ref -> worker index
         self._weights_ref, self._weights_version = None, None
+        self.inference = self._start_inference_server() if self.central_inference else None
         # Not waited for here: runners boot while the learner and logger are being built.
         self.start_workers()
 
@@ -70,6 +72,39 @@ class DistributedSampler(WorkerPoolSampler):
         self.runners[worker] = self.runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
         self.locations[worker] = None
         self.location_refs[self.runners[worker].location.remote()] = worker
+
+    def _start_inference_server(self):
+        """On the learner's node (SEED's learner-side inference); restarted by Ray if it dies, and
+        given the weights again by the next round."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = self.ray.get_runtime_context().get_node_id()
+        # Ray hides GPUs from actors that ask for none: ask for a sliver of one to see it.
+        gpus = 0.01 if self.inference_device.startswith("cuda") else 0
+        server_cls = self.ray.remote(InferenceServer).options(
+            num_cpus=0, num_gpus=gpus, max_restarts=-1, enable_task_events=False,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+        )
+        return server_cls.remote(policy_spec=self.policy_spec, device=self.inference_device, wait_ms=self.inference_wait_ms)
+
+    def _inference_client(self, worker: int):
+        return RayInferenceClient(self.inference)
+
+    def _set_inference_weights(self, weights: dict, version: int) -> None:
+        """Every round (a restarted server has none), waited for: in blocking mode the round's
+        first step must act with exactly these weights."""
+        if self._weights_version != version:
+            self._weights_ref, self._weights_version = self.ray.put(weights), version
+        for attempt in range(50):
+            try:
+                self.ray.get(self.inference.set_weights.remote(self._weights_ref, len(self.live) or self.num_workers))
+                return
+            except self.ray.exceptions.RayActorError:  # restarting
+                time.sleep(0.1)
+        raise RuntimeError("the central inference server (InferenceServer) did not come back within 5 s")
+
+    def _inference_metrics(self) -> dict:
+        return self.ray.get(self.inference.metrics.remote())
 
     def _ready(self, workers: set[int], timeout: float) -> list[tuple[int, WorkerFailure | None]]:
         answered = []
@@ -82,9 +117,11 @@ class DistributedSampler(WorkerPoolSampler):
         return answered
 
     def _send(self, worker: int, weights: dict | None, version: int) -> None:
-        if weights is not None and self._weights_version != version:
-            self._weights_ref, self._weights_version = self.ray.put(weights), version
-        ref = self.runners[worker].sample.remote(self._weights_ref if weights is not None else None, version)
+        if weights:  # (None: the runner has them; empty: central inference, the version only)
+            if self._weights_version != version:
+                self._weights_ref, self._weights_version = self.ray.put(weights), version
+            weights = self._weights_ref
+        ref = self.runners[worker].sample.remote(weights, version)
         self.pending[ref] = worker
 
     def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
@@ -132,6 +169,9 @@ class DistributedSampler(WorkerPoolSampler):
         for worker, runner in enumerate(getattr(self, "runners", [])):
             if runner is not None:
                 self._stop(worker)
+        if getattr(self, "inference", None) is not None:
+            self.ray.kill(self.inference)
+            self.inference = None
         if hasattr(self, "connection"):
             self.connection.shutdown()
 

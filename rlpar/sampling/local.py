@@ -25,10 +25,14 @@ class LocalSampler(Sampler):
         max_policy_lag: int | None = 0,
         worker_class=RolloutWorker,
         worker_options: dict | None = None,
+        inference: str = "worker",
+        inference_device: str = "cpu",
     ):
         """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
-        always on-policy (validation refuses non_blocking). `worker_class` and `worker_options`: see
-        WorkerPoolSampler."""
+        always on-policy (validation refuses non_blocking). So are `inference` and
+        `inference_device`: the learner's process acts for all environments at once, which is
+        what central inference does for the other samplers. `worker_class` and `worker_options`:
+        see WorkerPoolSampler."""
         self.num_envs = self.worker_envs = num_workers * envs_per_worker
         self.rollout_length = rollout_length
         self.worker = worker_class(

@@ -16,21 +16,15 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
-from multiprocessing import connection, shared_memory
+from multiprocessing import connection
 
 import numpy as np
 
 from rlpar.sampling.batch import PER_ENV_FIELDS, Batch
 from rlpar.sampling.errors import WorkerFailure
+from rlpar.sampling.inference import SharedMemoryInference
 from rlpar.sampling.pool import WorkerPoolSampler
-
-def _attach(names: dict, layout: dict) -> tuple[list, dict[str, np.ndarray]]:
-    blocks, arrays = [], {}
-    for key, (shape, dtype) in layout.items():
-        block = shared_memory.SharedMemory(name=names[key])
-        blocks.append(block)
-        arrays[key] = np.ndarray(shape, dtype=dtype, buffer=block.buf)
-    return blocks, arrays
+from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 
 
 def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, np.ndarray]:
@@ -48,7 +42,7 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwa
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     blocks = []
     try:
-        blocks, arrays = _attach(names, layout)
+        blocks, arrays = attach_shared_arrays(names, layout)
         out = _columns(arrays, cols)
         worker = worker_class(**worker_kwargs)
         conn.send(("ready", None))
@@ -85,18 +79,17 @@ class MultiprocessSampler(WorkerPoolSampler):
         rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
         super().__init__(**pool_kwargs)
         self.layout = self.worker_class.batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
-        self.blocks = {
-            key: shared_memory.SharedMemory(create=True, size=max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1))
-            for key, (shape, dtype) in self.layout.items()
-        }
-        self.arrays = {
-            key: np.ndarray(shape, dtype=dtype, buffer=self.blocks[key].buf) for key, (shape, dtype) in self.layout.items()
-        }
+        self.blocks, self.arrays = create_shared_arrays(self.layout)
         self.block_names = {key: block.name for key, block in self.blocks.items()}
         self.context = mp.get_context(start_method)
         self.conns: list = [None] * self.num_workers
         self.processes: list = [None] * self.num_workers
+        self.inference, self.inference_version = None, None
         try:
+            if self.central_inference:
+                self.inference = SharedMemoryInference(policy_spec=self.policy_spec, num_envs=self.num_envs,
+                                                       worker_envs=self.worker_envs, device=self.inference_device,
+                                                       wait_ms=self.inference_wait_ms)
             self.start_workers()
         except BaseException:
             self.close()
@@ -107,16 +100,29 @@ class MultiprocessSampler(WorkerPoolSampler):
 
     def _launch(self, worker: int) -> None:
         parent, child = self.context.Pipe()
+        kwargs = self.worker_kwargs(worker)
         proc = self.context.Process(
             target=_worker_main,
-            args=(child, parent, self.block_names, self.layout, self._columns_of(worker), self.worker_class,
-                  self.worker_kwargs(worker)),
+            args=(child, parent, self.block_names, self.layout, self._columns_of(worker), self.worker_class, kwargs),
             daemon=True,
             name=f"rlpar-worker-{worker}",
         )
         proc.start()
         child.close()
+        if "inference" in kwargs:
+            kwargs["inference"].release()
         self.conns[worker], self.processes[worker] = parent, proc
+
+    def _inference_client(self, worker: int):
+        return self.inference.client(worker, self.context)
+
+    def _set_inference_weights(self, weights: dict, version: int) -> None:
+        if version != self.inference_version:
+            self.inference.set_weights(weights)
+            self.inference_version = version
+
+    def _inference_metrics(self) -> dict:
+        return self.inference.metrics()
 
     def _receive(self, worker: int, kind: str):
         """The worker's next message if it is `kind`, else a WorkerFailure saying what happened."""
@@ -193,10 +199,8 @@ class MultiprocessSampler(WorkerPoolSampler):
                 proc.join(1.0)
             conn.close()
         self.conns, self.processes = [None] * self.num_workers, [None] * self.num_workers
-        for block in getattr(self, "blocks", {}).values():
-            block.close()
-            try:
-                block.unlink()
-            except FileNotFoundError:
-                pass
+        if getattr(self, "inference", None) is not None:
+            self.inference.close()
+            self.inference = None
+        release_shared_arrays(getattr(self, "blocks", {}))
         self.blocks = {}

@@ -52,9 +52,15 @@ class WorkerPoolSampler(Sampler):
         min_live_workers: int = 1,
         worker_class=RolloutWorker,
         worker_options: dict | None = None,
+        inference: str = "worker",
+        inference_wait_ms: float = 0.2,
+        inference_device: str = "cpu",
     ):
         """`worker_class` (sampling.base.Worker) is what each worker process or actor runs, with
-        `worker_options` added to its arguments (what the algorithm's worker class needs)."""
+        `worker_options` added to its arguments (what the algorithm's worker class needs).
+        `inference=central`: workers only step environments and a server on the learner's side
+        acts for all of them (rlpar.sampling.inference), on `inference_device`; it waits up to
+        `inference_wait_ms` for the other workers' requests before answering those it has."""
         self.env_spec, self.policy_spec, self.worker_class = env_spec, policy_spec, worker_class
         self.worker_options = dict(worker_options or {})
         self.rollout_length, self.seed = rollout_length, seed
@@ -78,6 +84,8 @@ class WorkerPoolSampler(Sampler):
         self.dropped_batches = 0
         self.last_failure = ""
         self._metrics: dict = {}
+        self.central_inference = inference == "central"
+        self.inference_wait_ms, self.inference_device = inference_wait_ms, inference_device
 
     def worker_kwargs(self, worker: int) -> dict:
         """The worker class's arguments for worker `worker`: it owns environments [w*E, (w+1)*E)."""
@@ -90,6 +98,7 @@ class WorkerPoolSampler(Sampler):
             first_env_index=worker * self.worker_envs,
             generation=self.generation[worker],
             **self.worker_options,
+            **({"inference": self._inference_client(worker)} if self.central_inference else {}),
         )
 
     def start_workers(self) -> None:
@@ -119,6 +128,17 @@ class WorkerPoolSampler(Sampler):
     @abstractmethod
     def _stop(self, worker: int) -> None:
         """Kill worker `worker` for good (it failed or hangs)."""
+
+    def _inference_client(self, worker: int):
+        """Worker `worker`'s end of the central inference server (parallel.inference=central)."""
+        raise NotImplementedError(f"{type(self).__name__} has no central inference")
+
+    def _set_inference_weights(self, weights: dict, version: int) -> None:
+        """Give the central inference server the newest weights."""
+
+    def _inference_metrics(self) -> dict:
+        """The central inference server's batches and busy time since the last call."""
+        return {}
 
     def _own(self, batch: Batch) -> Batch:
         """A batch that stays valid once its worker samples again (by default it already is)."""
@@ -175,6 +195,8 @@ class WorkerPoolSampler(Sampler):
     def _submit(self, worker: int, weights: dict, version: int) -> None:
         start = time.perf_counter()
         fresh = self.sent_version[worker] != version
+        if fresh and self.central_inference:
+            weights = {}  # the server acts: the worker only learns the version it now samples with
         self._send(worker, weights if fresh else None, version)
         self.sent_version[worker] = version
         self.in_flight[worker] = time.monotonic() + self.sample_timeout_s
@@ -206,6 +228,10 @@ class WorkerPoolSampler(Sampler):
         batch = None
         while batch is None:  # a round whose every worker failed is repeated with the replacements
             self._admit_started()
+            if self.central_inference:
+                synced = time.perf_counter()
+                self._set_inference_weights(weights, version)
+                self._sync_s += time.perf_counter() - synced
             if self.sync_mode == "blocking":
                 batch = self._blocking_round(weights, version)
             else:
@@ -220,6 +246,7 @@ class WorkerPoolSampler(Sampler):
             "policy_lag_max": max(lags),
             "dropped_batches": self.dropped_batches,
             "batches_this_iter": len(batch.policy_versions),
+            **(self._inference_metrics() if self.central_inference else {}),
         }
         return batch
 

@@ -35,13 +35,20 @@ class RolloutWorker:
         seed: int,
         first_env_index: int = 0,
         generation: int = 0,
+        inference=None,
     ):
-        """`generation` counts replacements of this worker: a replacement draws new seeds."""
+        """`generation` counts replacements of this worker: a replacement draws new seeds.
+        `inference`: a client of the learner's inference server (`parallel.inference=central`,
+        rlpar.sampling.inference), which then acts for these environments: the worker only
+        steps them."""
         self.num_envs = num_envs
         self.first_env_index = first_env_index
         self.rollout_length = rollout_length
         self.policy_spec = policy_spec
-        self.policy = policy_spec.acting_policy(env_ids=np.arange(first_env_index, first_env_index + num_envs))
+        if inference is not None:
+            self.policy = inference.open()
+        else:
+            self.policy = policy_spec.acting_policy(env_ids=np.arange(first_env_index, first_env_index + num_envs))
         self.policy_version = 0
         self.action_mapper = ActionMapper(policy_spec.action)
         self.venv = make_vector_env(env_spec, num_envs)
@@ -123,15 +130,13 @@ class RolloutWorker:
         noise = self._draw_noise()
         env_restarts_before = env_restarts(self.venv)
         returns, lengths, ends = [], [], []
-        normalize = self.policy.normalize
+        act_raw = self.policy.act_raw
         track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
         for t in range(T):
-            obs = normalize(self.raw_obs)
-            obs_buf[t] = obs
             if track_moments:
                 raw_sum += self.raw_obs
                 raw_sq += np.square(self.raw_obs, dtype=np.float64)
-            actions, logp, values = self.policy.act(obs, noise[t])
+            obs_buf[t], actions, logp, values = act_raw(self.raw_obs, noise[t])
             raw_next, rewards, terminated, truncated, _ = self.venv.step(self.action_mapper.to_env(actions))
             valid = ~self.autoreset_pending
             actions_buf[t], logp_buf[t], values_buf[t] = actions, logp, values
@@ -149,8 +154,7 @@ class RolloutWorker:
             self.autoreset_pending = done
             self.raw_obs = self.flatten(raw_next)
         last_obs, bootstrap, env_ids = bufs["last_obs"], bufs["bootstrap_value"], bufs["env_ids"]
-        last_obs[:] = normalize(self.raw_obs)
-        bootstrap[:] = self.policy.value(last_obs)
+        last_obs[:], _, _, bootstrap[:] = act_raw(self.raw_obs, np.zeros_like(noise[0]))  # its actions unused
         env_ids[:] = np.arange(self.first_env_index, self.first_env_index + N)
         idle_s = started - self.last_rollout_end if self.last_rollout_end is not None else 0.0
         self.last_rollout_end = time.perf_counter()

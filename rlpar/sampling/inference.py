@@ -1,0 +1,319 @@
+"""SEED-style central inference (`parallel.inference=central`, Espeholt et al. 2019).
+
+Workers only step environments. Every step each worker hands its raw observations (and the
+per-environment noise it draws from its own generators, so actions are the same as with
+worker-side inference) to one inference server on the learner's side, which batches them across
+workers, runs the policy once and returns normalised observations, actions, log-probabilities
+and values. The server runs the same numpy maths as the workers on a CPU, so a run's first batch
+is bit-for-bit the local one; with `hardware=gpu` it runs the torch module on CUDA and chooses
+actions from its outputs with the same numpy code.
+
+Transports:
+- `parallel=multiprocess`: request and reply arrays for every environment in shared memory; a
+  worker writes its rows and rings a doorbell (one byte through a pipe, never pickled); a thread of
+  the learner's process waits for doorbells, answers all ringing workers with one forward pass and
+  rings back.
+- `parallel=distributed`: an asyncio Ray actor (`InferenceServer`) on the learner's node; each
+  env runner sends its observations with one call per step, and the actor answers the calls that
+  arrive together (all live runners, or whoever came within `wait_ms`) with one forward pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import traceback
+from multiprocessing import connection
+
+import numpy as np
+
+from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
+
+log = logging.getLogger("rlpar")
+
+
+class InferencePolicy:
+    """The server's policy: the workers' numpy acting policy on a CPU; with a CUDA `device` (or
+    `backend="torch"`), the learner's torch module there, its outputs fed to the same numpy action
+    choice."""
+
+    def __init__(self, *, policy_spec, device: str = "cpu", backend: str | None = None):
+        self.acting = policy_spec.acting_policy()
+        self.module = None
+        if (backend or ("numpy" if device == "cpu" else "torch")) == "torch":
+            import torch
+
+            self.torch, self.device = torch, torch.device(device)
+            self.module = policy_spec.build().to(self.device).requires_grad_(False)
+            self.module_keys = set(self.module.state_dict())
+
+    def set_weights(self, weights: dict) -> None:
+        self.acting.set_weights(weights)  # also what `choose` and `normalize` read (ε, log-std, statistics)
+        if self.module is not None:
+            torch = self.torch
+            state = {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items() if k in self.module_keys}
+            self.module.load_state_dict(state)
+
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray):
+        if self.module is None:
+            return self.acting.act_raw(raw_obs, noise)
+        obs = self.acting.normalize(raw_obs)
+        with self.torch.inference_mode():
+            outputs = self.module.acting_outputs(self.torch.as_tensor(obs, device=self.device))
+            outputs = tuple(o.to("cpu", self.torch.float64).numpy() for o in outputs)
+        return (obs, *self.acting.choose(outputs, noise))
+
+
+def inference_layout(policy_spec, num_envs: int) -> dict:
+    """Shapes and dtypes of the request and reply arrays of `num_envs` environments."""
+    action, obs = policy_spec.action, (num_envs, policy_spec.obs_dim)
+    noise = ((num_envs,), np.float64) if action.discrete else ((num_envs, action.size), np.float32)
+    actions = ((num_envs,), np.int64) if action.discrete else ((num_envs, action.size), np.float32)
+    return {
+        "request_obs": (obs, np.float32), "request_noise": noise,
+        "reply_obs": (obs, np.float32), "reply_actions": actions,
+        "reply_logp": ((num_envs,), np.float32), "reply_values": ((num_envs,), np.float32),
+    }
+
+
+REPLIES = ("reply_obs", "reply_actions", "reply_logp", "reply_values")
+
+
+class ServerStats:
+    """Forward passes, the rows they answered, and the time they took, since the last `take`."""
+
+    def __init__(self):
+        self.batches = self.rows = 0
+        self.busy_s = 0.0
+
+    def add(self, rows: int, seconds: float) -> None:
+        self.batches += 1
+        self.rows += rows
+        self.busy_s += seconds
+
+    def take(self) -> dict:
+        stats = {"inference_batches": self.batches, "inference_batch_mean": self.rows / max(self.batches, 1),
+                 "inference_busy_s": self.busy_s}
+        self.__init__()
+        return stats
+
+
+# -- shared memory (parallel=multiprocess) ----------------------------------------------------
+
+
+class SharedMemoryInferenceClient:
+    """A worker's end: its rows of the shared arrays and its doorbell."""
+
+    def __init__(self, *, names: dict, layout: dict, rows: slice, conn):
+        self.names, self.layout, self.rows, self.conn = names, layout, rows, conn
+
+    def open(self) -> SharedMemoryInferenceClient:
+        """Attach, in the worker's process."""
+        self.blocks, arrays = attach_shared_arrays(self.names, self.layout)
+        self.arrays = {k: v[self.rows] for k, v in arrays.items()}
+        self.learner_pid = os.getppid()
+        return self
+
+    def release(self) -> None:
+        """The learner's copy of the worker's doorbell, once the worker process holds its own."""
+        self.conn.close()
+
+    def set_weights(self, weights: dict) -> None:
+        """Weights live on the server."""
+
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray):
+        self.arrays["request_obs"][:] = raw_obs
+        self.arrays["request_noise"][:] = noise
+        self.conn.send_bytes(b"\0")
+        # A forked sibling may hold the learner's end of this pipe, so the learner's death need not
+        # reach us as end-of-file: check that it still lives while waiting.
+        while not self.conn.poll(1.0):
+            if os.getppid() != self.learner_pid:
+                raise EOFError("the learner's process is gone")
+        self.conn.recv_bytes()
+        return tuple(self.arrays[name].copy() for name in REPLIES)
+
+
+class SharedMemoryInference:
+    """The learner's end: the shared arrays, a doorbell per worker, and the thread that serves."""
+
+    def __init__(self, *, policy_spec, num_envs: int, worker_envs: int, device: str = "cpu", wait_ms: float = 0.2):
+        self.policy = InferencePolicy(policy_spec=policy_spec, device=device)
+        self.worker_envs, self.wait_s = worker_envs, wait_ms / 1000.0
+        self.layout = inference_layout(policy_spec, num_envs)
+        self.blocks, self.arrays = create_shared_arrays(self.layout)
+        self.names = {key: block.name for key, block in self.blocks.items()}
+        self.doorbells: dict[int, connection.Connection] = {}  # worker -> the learner's end
+        self.retired: list = []  # replaced doorbells: closed by the serving thread, which may be waiting on them
+        self.lock = threading.Lock()  # doorbells, retired, the policy
+        self.has_weights = threading.Event()
+        self.stats = ServerStats()
+        self.error: str | None = None
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, name="rlpar-inference", daemon=True)
+        self.thread.start()
+
+    def client(self, worker: int, context) -> SharedMemoryInferenceClient:
+        """A client for worker `worker` (a new doorbell: a replacement worker gets a fresh one)."""
+        learner_end, worker_end = context.Pipe()
+        with self.lock:
+            old = self.doorbells.pop(worker, None)
+            if old is not None:
+                self.retired.append(old)
+            self.doorbells[worker] = learner_end
+        rows = slice(worker * self.worker_envs, (worker + 1) * self.worker_envs)
+        return SharedMemoryInferenceClient(names=self.names, layout=self.layout, rows=rows, conn=worker_end)
+
+    def set_weights(self, weights: dict) -> None:
+        with self.lock:
+            self.policy.set_weights(weights)
+        self.has_weights.set()
+
+    def metrics(self) -> dict:
+        if self.error:
+            raise RuntimeError(f"central inference failed: {self.error}")
+        return self.stats.take()
+
+    def _serve(self) -> None:
+        try:
+            while not self.stopping:
+                with self.lock:
+                    for conn in self.retired:
+                        conn.close()
+                    self.retired.clear()
+                    by_conn = {conn: worker for worker, conn in self.doorbells.items()}
+                if not by_conn:
+                    time.sleep(0.01)
+                    continue
+                ready = connection.wait(list(by_conn), timeout=0.05)
+                deadline = time.monotonic() + self.wait_s
+                while ready and len(ready) < len(by_conn) and time.monotonic() < deadline:
+                    rest = [c for c in by_conn if c not in ready]
+                    ready += connection.wait(rest, timeout=max(deadline - time.monotonic(), 0.0))
+                ringing = []
+                for conn in ready:
+                    try:
+                        conn.recv_bytes()
+                        ringing.append(conn)
+                    except (EOFError, OSError):  # the worker died: the pool replaces it
+                        self._retire(by_conn[conn], conn)
+                if ringing:
+                    self._answer(sorted(by_conn[c] for c in ringing))
+                    for conn in ringing:
+                        try:
+                            conn.send_bytes(b"\0")
+                        except (BrokenPipeError, OSError):
+                            self._retire(by_conn[conn], conn)
+        except BaseException:
+            self.error = traceback.format_exc().strip().splitlines()[-1]
+            log.error("central inference stopped: %s", self.error)
+
+    def _retire(self, worker: int, conn) -> None:
+        with self.lock:
+            if self.doorbells.get(worker) is conn:
+                del self.doorbells[worker]
+                self.retired.append(conn)
+
+    def _answer(self, workers: list[int]) -> None:
+        """One forward pass for every environment of `workers`."""
+        E = self.worker_envs
+        rows = np.concatenate([np.arange(w * E, (w + 1) * E) for w in workers])
+        self.has_weights.wait()
+        start = time.perf_counter()
+        with self.lock:
+            replies = self.policy.act_raw(self.arrays["request_obs"][rows], self.arrays["request_noise"][rows])
+        for name, values in zip(REPLIES, replies):
+            self.arrays[name][rows] = values
+        self.stats.add(len(rows), time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.stopping = True
+        self.has_weights.set()
+        self.thread.join(5.0)
+        with self.lock:
+            for conn in [*self.doorbells.values(), *self.retired]:
+                conn.close()
+            self.doorbells, self.retired = {}, []
+        release_shared_arrays(self.blocks)
+        self.blocks = {}
+
+
+# -- Ray (parallel=distributed) ---------------------------------------------------------------
+
+
+class InferenceServer:
+    """The Ray actor (asyncio): answers the env runners' concurrent `act` calls in batches."""
+
+    def __init__(self, *, policy_spec, device: str = "cpu", wait_ms: float = 1.0):
+        self.policy = InferencePolicy(policy_spec=policy_spec, device=device)
+        self.wait_s = wait_ms / 1000.0
+        self.expected = 1  # requests that make a full batch: the live runners
+        self.pending: list = []
+        self.timer = None
+        self.has_weights = asyncio.Event()
+        self.stats = ServerStats()
+
+    async def set_weights(self, weights: dict, live_workers: int) -> None:
+        self.policy.set_weights(weights)
+        self.expected = max(live_workers, 1)
+        self.has_weights.set()
+
+    async def act(self, raw_obs: np.ndarray, noise: np.ndarray):
+        await self.has_weights.wait()
+        answer = asyncio.get_running_loop().create_future()
+        self.pending.append((raw_obs, noise, answer))
+        if len(self.pending) >= self.expected:
+            self._answer()
+        elif self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.wait_s, self._answer)
+        return await answer
+
+    def _answer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        start = time.perf_counter()
+        sizes = [len(raw_obs) for raw_obs, *_ in pending]
+        try:
+            replies = self.policy.act_raw(np.concatenate([p[0] for p in pending]), np.concatenate([p[1] for p in pending]))
+        except Exception as err:  # every waiting runner hears of it
+            for *_, answer in pending:
+                answer.set_exception(err)
+            return
+        parts = [np.split(r, np.cumsum(sizes)[:-1]) for r in replies]
+        for i, (*_, answer) in enumerate(pending):
+            answer.set_result(tuple(part[i] for part in parts))
+        self.stats.add(sum(sizes), time.perf_counter() - start)
+
+    async def metrics(self) -> dict:
+        return self.stats.take()
+
+    async def location(self) -> tuple[str, int]:
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+
+class RayInferenceClient:
+    """An env runner's end: the server's actor handle."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def open(self) -> RayInferenceClient:
+        import ray
+
+        self.get = ray.get
+        return self
+
+    def set_weights(self, weights: dict) -> None:
+        """Weights live on the server."""
+
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray):
+        return self.get(self.server.act.remote(raw_obs, noise))
