@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +53,7 @@ def test_server_batches_every_worker_it_hears_within_the_wait(make_cfg, tmp_path
     trainer = build_trainer(make_cfg("parallel=multiprocess", "workers=2", "envs_per_worker=3", *CENTRAL,
                                      "parallel.inference_wait_ms=200", "algo.rollout_length=16", run_dir=tmp_path / "b"))
     try:
+        trainer.train()  # warm-up: a worker's first request may come late
         rows = [trainer.train() for _ in range(3)]
     finally:
         trainer.close()
@@ -76,15 +78,19 @@ def test_killed_worker_is_replaced_and_reconnects_to_the_server(make_cfg, tmp_pa
 
 
 def test_close_leaves_no_thread_process_or_shared_memory(make_cfg, tmp_path):
+    """Non-blocking: workers are waiting for actions when the run closes, and must not linger."""
     from multiprocessing import shared_memory
 
-    trainer = build_trainer(make_cfg("parallel=multiprocess", "workers=2", "envs_per_worker=2", *CENTRAL,
-                                     run_dir=tmp_path / "c"))
+    trainer = build_trainer(make_cfg("algo=impala", "parallel=multiprocess", "workers=2", "envs_per_worker=2",
+                                     "parallel.inference=central", run_dir=tmp_path / "c"))
+    assert trainer.sampler.sync_mode == "non_blocking"
     trainer.train()
     server = trainer.sampler.inference
     names = list(server.names.values())
     processes = list(trainer.sampler.processes)
+    began = time.monotonic()
     trainer.close()
+    assert time.monotonic() - began < 3  # not the 5 s a worker gets before it is killed
     assert not server.thread.is_alive()
     assert not any(p.is_alive() for p in processes)
     for name in names:

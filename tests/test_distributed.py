@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -236,3 +237,40 @@ def test_a3c_parameter_server_is_an_actor_and_a_killed_one_is_restarted(cluster,
     assert held_version > 0 and after[-1]["policy_version"] > held_version + 20  # learning went on
     assert sum(row["gradients_applied"] for row in after[-10:]) >= 10
     assert evaluated_weights.keys() == served.keys() and evaluation["eval_return_min"] >= 8
+
+
+def test_a_killed_inference_server_is_restarted_and_the_run_goes_on(cluster, make_cfg, tmp_path):
+    """SIGKILL `ray::InferenceServer` between rounds and in the middle of one: Ray restarts it, the
+    next round gives it the weights again, and runners caught waiting on it are replaced."""
+    import threading
+
+    from rlpar.runtime.build import build_trainer
+
+    trainer = build_trainer(make_cfg("parallel=distributed", "parallel.inference=central", "workers=2",
+                                     "envs_per_worker=2", "algo.rollout_length=64", "algo.minibatch_size=64",
+                                     "checkpoint.every=0", run_dir=tmp_path / "inf"))
+    server = trainer.sampler.inference
+    try:
+        trainer.train()
+        first_pid = ray.get(server.location.remote())[1]
+        os.kill(first_pid, 9)
+        between = [trainer.train() for _ in range(2)]
+        second_pid = ray.get(server.location.remote())[1]
+        killer = threading.Timer(0.05, os.kill, (second_pid, 9))  # while the runners wait on it
+        killer.start()
+        during = [trainer.train()]
+        deadline = time.monotonic() + 60  # replacement runners join once they are up
+        while during[-1]["batches_this_iter"] < 2 and time.monotonic() < deadline:
+            during.append(trainer.train())
+        killer.join()
+        third_pid = ray.get(server.location.remote())[1]
+    finally:
+        trainer.close()
+    assert len({first_pid, second_pid, third_pid}) == 3
+    rows = between + during
+    summary = [(r["live_workers"], r["worker_restarts"], r["batches_this_iter"], r["inference_batches"]) for r in rows]
+    assert all(np.isfinite(row["loss_value"]) for row in rows), summary
+    assert between[-1]["worker_restarts"] == 0, summary  # killed between rounds: no runner noticed
+    assert 1 <= during[-1]["worker_restarts"] <= 2, summary  # killed mid-round: runners waiting on it are replaced
+    assert during[-1]["live_workers"] == 2 and during[-1]["batches_this_iter"] == 2, summary
+    assert during[-1]["inference_batches"] >= 65, summary  # the restarted server answers every request

@@ -127,6 +127,8 @@ CENTRAL_INFERENCE_LEARNERS = ("PPO", "A2C", "IMPALA", "APPO", "DQN")
 def _check_inference(c: _Checker) -> None:
     """`parallel.inference` (central: SEED-style inference on the learner's side)."""
     c.choice("parallel.inference", ("worker", "central"))
+    if c.get("parallel.inference_backend") is not None:
+        c.choice("parallel.inference_backend", ("auto", "numpy", "torch"))
     c.number("parallel.inference_wait_ms", low=0, optional=True)
     learner_class = str(c.get("algo._target_") or "").rsplit(".", 1)[-1]
     if c.get("parallel.inference") == "central" and learner_class not in CENTRAL_INFERENCE_LEARNERS:

@@ -80,12 +80,16 @@ class DistributedSampler(WorkerPoolSampler):
 
         node = self.ray.get_runtime_context().get_node_id()
         # Ray hides GPUs from actors that ask for none: ask for a sliver of one to see it.
-        gpus = 0.01 if self.inference_device.startswith("cuda") else 0
+        gpus = 0.01 if self.inference_options["device"].startswith("cuda") else 0
+        if gpus and not self.ray.available_resources().get("GPU", 0):
+            raise RuntimeError(f"parallel.inference=central with hardware.device={self.inference_options['device']}: "
+                               "the Ray cluster has no free GPU for the InferenceServer")
         server_cls = self.ray.remote(InferenceServer).options(
             num_cpus=0, num_gpus=gpus, max_restarts=-1, enable_task_events=False,
+            max_concurrency=2 * self.num_workers + 4,  # every runner's request, and the learner's calls
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
         )
-        return server_cls.remote(policy_spec=self.policy_spec, device=self.inference_device, wait_ms=self.inference_wait_ms)
+        return server_cls.remote(policy_spec=self.policy_spec, **self.inference_options)
 
     def _inference_client(self, worker: int):
         return RayInferenceClient(self.inference)

@@ -13,14 +13,13 @@ Transports:
   worker writes its rows and rings a doorbell (one byte through a pipe, never pickled); a thread of
   the learner's process waits for doorbells, answers all ringing workers with one forward pass and
   rings back.
-- `parallel=distributed`: an asyncio Ray actor (`InferenceServer`) on the learner's node; each
-  env runner sends its observations with one call per step, and the actor answers the calls that
-  arrive together (all live runners, or whoever came within `wait_ms`) with one forward pass.
+- `parallel=distributed`: a Ray actor (`InferenceServer`) on the learner's node; each env runner
+  sends its observations with one call per step, and the actor answers the calls that arrive
+  together (all live runners, or whoever came within `wait_ms`) with one forward pass.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -80,6 +79,7 @@ def inference_layout(policy_spec, num_envs: int) -> dict:
 
 
 REPLIES = ("reply_obs", "reply_actions", "reply_logp", "reply_values")
+ANSWERED, CLOSED = b"\0", b"\1"  # what the learner rings back
 
 
 class ServerStats:
@@ -133,15 +133,17 @@ class SharedMemoryInferenceClient:
         while not self.conn.poll(1.0):
             if os.getppid() != self.learner_pid:
                 raise EOFError("the learner's process is gone")
-        self.conn.recv_bytes()
+        if self.conn.recv_bytes() != ANSWERED:
+            raise EOFError("the learner closed central inference")
         return tuple(self.arrays[name].copy() for name in REPLIES)
 
 
 class SharedMemoryInference:
     """The learner's end: the shared arrays, a doorbell per worker, and the thread that serves."""
 
-    def __init__(self, *, policy_spec, num_envs: int, worker_envs: int, device: str = "cpu", wait_ms: float = 0.2):
-        self.policy = InferencePolicy(policy_spec=policy_spec, device=device)
+    def __init__(self, *, policy_spec, num_envs: int, worker_envs: int, device: str = "cpu",
+                 backend: str | None = None, wait_ms: float = 0.2):
+        self.policy = InferencePolicy(policy_spec=policy_spec, device=device, backend=backend)
         self.worker_envs, self.wait_s = worker_envs, wait_ms / 1000.0
         self.layout = inference_layout(policy_spec, num_envs)
         self.blocks, self.arrays = create_shared_arrays(self.layout)
@@ -168,14 +170,19 @@ class SharedMemoryInference:
         return SharedMemoryInferenceClient(names=self.names, layout=self.layout, rows=rows, conn=worker_end)
 
     def set_weights(self, weights: dict) -> None:
+        self.raise_if_failed()
         with self.lock:
             self.policy.set_weights(weights)
         self.has_weights.set()
 
     def metrics(self) -> dict:
+        self.raise_if_failed()
+        with self.lock:
+            return self.stats.take()
+
+    def raise_if_failed(self) -> None:
         if self.error:
-            raise RuntimeError(f"central inference failed: {self.error}")
-        return self.stats.take()
+            raise RuntimeError(f"central inference stopped: {self.error}")
 
     def _serve(self) -> None:
         try:
@@ -204,7 +211,7 @@ class SharedMemoryInference:
                     self._answer(sorted(by_conn[c] for c in ringing))
                     for conn in ringing:
                         try:
-                            conn.send_bytes(b"\0")
+                            conn.send_bytes(ANSWERED)
                         except (BrokenPipeError, OSError):
                             self._retire(by_conn[conn], conn)
         except BaseException:
@@ -225,15 +232,20 @@ class SharedMemoryInference:
         start = time.perf_counter()
         with self.lock:
             replies = self.policy.act_raw(self.arrays["request_obs"][rows], self.arrays["request_noise"][rows])
+            self.stats.add(len(rows), time.perf_counter() - start)
         for name, values in zip(REPLIES, replies):
             self.arrays[name][rows] = values
-        self.stats.add(len(rows), time.perf_counter() - start)
 
     def close(self) -> None:
         self.stopping = True
         self.has_weights.set()
         self.thread.join(5.0)
         with self.lock:
+            for conn in self.doorbells.values():  # a worker waiting for actions stops waiting
+                try:
+                    conn.send_bytes(CLOSED)
+                except OSError:
+                    pass
             for conn in [*self.doorbells.values(), *self.retired]:
                 conn.close()
             self.doorbells, self.retired = {}, []
@@ -244,57 +256,69 @@ class SharedMemoryInference:
 # -- Ray (parallel=distributed) ---------------------------------------------------------------
 
 
-class InferenceServer:
-    """The Ray actor (asyncio): answers the env runners' concurrent `act` calls in batches."""
+class _PendingBatch:
+    """Requests answered by one forward pass, and then their replies."""
 
-    def __init__(self, *, policy_spec, device: str = "cpu", wait_ms: float = 1.0):
-        self.policy = InferencePolicy(policy_spec=policy_spec, device=device)
+    def __init__(self):
+        self.requests: list = []  # (raw observations, noise)
+        self.replies: list | None = None
+        self.error: Exception | None = None
+
+
+class InferenceServer:
+    """The Ray actor (threaded, `max_concurrency` above the number of runners): each `act` call
+    joins the batch being gathered; the call that completes it, or that has waited `wait_ms`,
+    runs the forward pass for all of them."""
+
+    def __init__(self, *, policy_spec, device: str = "cpu", backend: str | None = None, wait_ms: float = 1.0):
+        self.policy = InferencePolicy(policy_spec=policy_spec, device=device, backend=backend)
         self.wait_s = wait_ms / 1000.0
         self.expected = 1  # requests that make a full batch: the live runners
-        self.pending: list = []
-        self.timer = None
-        self.has_weights = asyncio.Event()
+        self.batch = _PendingBatch()
+        self.changed = threading.Condition()
+        self.has_weights = threading.Event()
         self.stats = ServerStats()
 
-    async def set_weights(self, weights: dict, live_workers: int) -> None:
-        self.policy.set_weights(weights)
-        self.expected = max(live_workers, 1)
+    def set_weights(self, weights: dict, live_workers: int) -> None:
+        with self.changed:
+            self.policy.set_weights(weights)
+            self.expected = max(live_workers, 1)
         self.has_weights.set()
 
-    async def act(self, raw_obs: np.ndarray, noise: np.ndarray):
-        await self.has_weights.wait()
-        answer = asyncio.get_running_loop().create_future()
-        self.pending.append((raw_obs, noise, answer))
-        if len(self.pending) >= self.expected:
-            self._answer()
-        elif self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.wait_s, self._answer)
-        return await answer
+    def act(self, raw_obs: np.ndarray, noise: np.ndarray):
+        self.has_weights.wait()
+        with self.changed:
+            batch = self.batch
+            index = len(batch.requests)
+            batch.requests.append((raw_obs, noise))
+            deadline = time.monotonic() + self.wait_s
+            while batch.replies is None and batch.error is None:
+                left = deadline - time.monotonic()
+                if len(batch.requests) >= self.expected or left <= 0:
+                    self._answer(batch)
+                else:
+                    self.changed.wait(left)
+        if batch.error is not None:
+            raise batch.error
+        return tuple(reply[index] for reply in batch.replies)
 
-    def _answer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        pending, self.pending = self.pending, []
-        if not pending:
-            return
+    def _answer(self, batch: _PendingBatch) -> None:
+        """Under the lock: one forward pass for `batch`, which stops taking requests."""
+        self.batch = _PendingBatch()
         start = time.perf_counter()
-        sizes = [len(raw_obs) for raw_obs, *_ in pending]
+        sizes = [len(raw_obs) for raw_obs, _ in batch.requests]
         try:
-            replies = self.policy.act_raw(np.concatenate([p[0] for p in pending]), np.concatenate([p[1] for p in pending]))
+            replies = self.policy.act_raw(*(np.concatenate(parts) for parts in zip(*batch.requests)))
+            batch.replies = [np.split(reply, np.cumsum(sizes)[:-1]) for reply in replies]
         except Exception as err:  # every waiting runner hears of it
-            for *_, answer in pending:
-                answer.set_exception(err)
-            return
-        parts = [np.split(r, np.cumsum(sizes)[:-1]) for r in replies]
-        for i, (*_, answer) in enumerate(pending):
-            answer.set_result(tuple(part[i] for part in parts))
+            batch.error = err
         self.stats.add(sum(sizes), time.perf_counter() - start)
+        self.changed.notify_all()
 
-    async def metrics(self) -> dict:
+    def metrics(self) -> dict:
         return self.stats.take()
 
-    async def location(self) -> tuple[str, int]:
+    def location(self) -> tuple[str, int]:
         import ray
 
         return ray.get_runtime_context().get_node_id(), os.getpid()

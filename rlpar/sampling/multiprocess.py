@@ -7,7 +7,8 @@ rewards and flags go straight into shared-memory arrays laid out as the whole ba
 owning columns [i*E, (i+1)*E); only episode statistics travel through the pipe. Workers are
 forked before the learner exists and use numpy and Gymnasium only, never torch; `spawn`
 (`parallel.start_method=spawn`) also works but needs an `if __name__ == "__main__":` guard
-in scripts that build a sampler.
+in scripts that build a sampler. With `inference=central` workers only step environments and a
+thread of the learner's process acts for all of them (rlpar.sampling.inference).
 """
 
 from __future__ import annotations
@@ -88,8 +89,7 @@ class MultiprocessSampler(WorkerPoolSampler):
         try:
             if self.central_inference:
                 self.inference = SharedMemoryInference(policy_spec=self.policy_spec, num_envs=self.num_envs,
-                                                       worker_envs=self.worker_envs, device=self.inference_device,
-                                                       wait_ms=self.inference_wait_ms)
+                                                       worker_envs=self.worker_envs, **self.inference_options)
             self.start_workers()
         except BaseException:
             self.close()
@@ -185,6 +185,9 @@ class MultiprocessSampler(WorkerPoolSampler):
         return [proc.pid if proc is not None else None for proc in self.processes]
 
     def close(self) -> None:
+        if getattr(self, "inference", None) is not None:  # first: a worker waiting for actions then reads end-of-file
+            self.inference.close()
+            self.inference = None
         live = [(c, p) for c, p in zip(getattr(self, "conns", []), getattr(self, "processes", [])) if c is not None]
         for conn, _ in live:
             try:
@@ -199,8 +202,5 @@ class MultiprocessSampler(WorkerPoolSampler):
                 proc.join(1.0)
             conn.close()
         self.conns, self.processes = [None] * self.num_workers, [None] * self.num_workers
-        if getattr(self, "inference", None) is not None:
-            self.inference.close()
-            self.inference = None
         release_shared_arrays(getattr(self, "blocks", {}))
         self.blocks = {}

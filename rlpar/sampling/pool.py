@@ -54,12 +54,14 @@ class WorkerPoolSampler(Sampler):
         worker_options: dict | None = None,
         inference: str = "worker",
         inference_wait_ms: float = 0.2,
+        inference_backend: str = "auto",
         inference_device: str = "cpu",
     ):
         """`worker_class` (sampling.base.Worker) is what each worker process or actor runs, with
         `worker_options` added to its arguments (what the algorithm's worker class needs).
         `inference=central`: workers only step environments and a server on the learner's side
-        acts for all of them (rlpar.sampling.inference), on `inference_device`; it waits up to
+        acts for all of them (rlpar.sampling.inference), on `inference_device` with
+        `inference_backend` (auto: numpy on a CPU, torch on a GPU); it waits up to
         `inference_wait_ms` for the other workers' requests before answering those it has."""
         self.env_spec, self.policy_spec, self.worker_class = env_spec, policy_spec, worker_class
         self.worker_options = dict(worker_options or {})
@@ -85,7 +87,8 @@ class WorkerPoolSampler(Sampler):
         self.last_failure = ""
         self._metrics: dict = {}
         self.central_inference = inference == "central"
-        self.inference_wait_ms, self.inference_device = inference_wait_ms, inference_device
+        self.inference_options = {"wait_ms": inference_wait_ms, "device": inference_device,
+                                  "backend": None if inference_backend == "auto" else inference_backend}
 
     def worker_kwargs(self, worker: int) -> dict:
         """The worker class's arguments for worker `worker`: it owns environments [w*E, (w+1)*E)."""
@@ -130,7 +133,8 @@ class WorkerPoolSampler(Sampler):
         """Kill worker `worker` for good (it failed or hangs)."""
 
     def _inference_client(self, worker: int):
-        """Worker `worker`'s end of the central inference server (parallel.inference=central)."""
+        """Worker `worker`'s end of the central inference server (parallel.inference=central);
+        asked once per launch of the worker (a replacement gets a fresh one)."""
         raise NotImplementedError(f"{type(self).__name__} has no central inference")
 
     def _set_inference_weights(self, weights: dict, version: int) -> None:
