@@ -31,7 +31,7 @@ def main(cfg: DictConfig) -> float | None:
     interrupts.stop_on_signals()  # SIGTERM: the same clean stop as Ctrl-C
     hydra_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        preset = None
+        preset, overrides = None, []
         if cfg.get("resume"):
             cfg = config_for_resume(cfg)  # the run's own config: its preset was applied when it started
         else:
@@ -42,6 +42,11 @@ def main(cfg: DictConfig) -> float | None:
         if preset:
             print(preset, flush=True)
         run_lock.acquire(cfg.run_dir)  # before Ray boots: a second run on this directory is refused at once
+        if cfg.get("search"):
+            from rlpar.search.tune_search import run_search
+
+            best = run_search(cfg, overrides=overrides)
+            return best.get("final")
         _load_rlpar_while_ray_starts(cfg)
         from rlpar.runtime.run import run
 

@@ -78,6 +78,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
         c.number("parallel.max_policy_lag", integer=True, low=0, optional=True)
     _check_worker_limits(c, workers)
     _check_inference(c)
+    _check_search(c)
     target = str(c.get("parallel._target_") or "")
     if target.endswith("LocalSampler") and c.get("parallel.sync_mode") == "non_blocking":
         c.problems.append("parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local sampling runs in the learner's thread)")
@@ -122,6 +123,29 @@ def _check_worker_limits(c: _Checker, workers) -> None:
 Q_LEARNERS = ("DQN", "ApeX", "AsyncDQN")  # algorithm classes whose model is a Q-network
 # Algorithms whose workers only act and step (RolloutWorker), so a central server can act for them.
 CENTRAL_INFERENCE_LEARNERS = ("PPO", "A2C", "IMPALA", "APPO", "DQN")
+
+
+def _check_search(c: _Checker) -> None:
+    """`search=asha|pbt`: the Tune settings and every key of the space."""
+    if not c.get("search"):
+        return
+    from rlpar.search.space import space_problems
+
+    c.number("search.num_samples", integer=True, low=1)
+    c.choice("search.mode", ("max", "min"))
+    if not isinstance(c.get("search.metric"), str):
+        c.problems.append(f"search.metric: expected a metric name, got {c.get('search.metric')!r}")
+    c.number("search.max_concurrent_trials", integer=True, low=1, optional=True)
+    c.number("search.learner_cpus", low=0, low_open=True)
+    c.number("search.checkpoint_every", integer=True, low=1, optional=True)
+    problems = space_problems(c.get("search.space"), c.cfg)
+    c.problems.extend(problems)
+    scheduler = c.get("search.scheduler")
+    if not problems and isinstance(scheduler, dict) and "search.scheduler" not in c.unresolved:
+        from rlpar.search.tune_search import scheduler_problem
+
+        if problem := scheduler_problem(scheduler, c.get("search.space")):
+            c.problems.append(f"search.scheduler: {problem}")
 
 
 def _check_inference(c: _Checker) -> None:
@@ -450,6 +474,10 @@ def _check_resume(c: _Checker) -> None:
     problem = resume_dir_problem(resume)
     if problem:
         c.problems.append(problem)
+        return
+    if c.get("search"):  # a search: Tune's state and each trial's checkpoints
+        if not (Path(str(resume)) / "tune").is_dir():
+            c.problems.append(f"resume: '{resume}' holds no search state (tune/ is missing)")
         return
     from rlpar.runtime.checkpoint import latest_valid_checkpoint, untrusted_pickles
 

@@ -51,7 +51,7 @@ def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
             yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
         if cfg.get("resume"):
             checkpoint = _newest_usable_checkpoint(run_dir)
-            _truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
+            truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
     except OSError as err:
         raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
     trainer = build_trainer(cfg)
@@ -109,7 +109,7 @@ def _newest_usable_checkpoint(run_dir: Path) -> dict:
     return state
 
 
-def _truncate_metrics(path: Path, iteration: int) -> None:
+def truncate_metrics(path: Path, iteration: int) -> None:
     """Drop rows logged after the checkpoint we resume from, so no iteration appears twice."""
     if not path.exists():
         return

@@ -51,6 +51,7 @@ class Trainer:
         self.wall_time_offset = 0.0  # training time before a restore
         self._clock_start: float | None = None
         self.last_metrics: dict = {}
+        self.labels: dict = {}  # added to every metrics row (e.g. a search trial's PBT exploits)
         self._collapse_warned = False
 
     @property
@@ -90,6 +91,7 @@ class Trainer:
             "episodes_this_iter": len(step.episode_returns),
             "time_iteration_s": iteration_s,
             **step.metrics,
+            **self.labels,
         }
         if "time_sample_s" in metrics:  # the share of the iteration the learner spent waiting for data
             waited = metrics["time_sample_s"] + metrics.get("time_transfer_s", 0.0)

@@ -57,7 +57,7 @@ class DistributedSampler(WorkerPoolSampler):
         # keeps up to 100,000 of them (RAY_task_events_max_num_task_in_gcs), and at hundreds of
         # sample() calls a second they grew its memory by ~50 MB a minute (docs/benchmarks.md, Soak).
         self.runner_cls = ray.remote(EnvRunner).options(
-            num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", enable_task_events=False
+            num_cpus=cpus_per_worker, scheduling_strategy=_runner_placement(ray), enable_task_events=False
         )
         self.runners: list = [None] * self.num_workers
         self.locations: list[tuple[str, int] | None] = [None] * self.num_workers
@@ -178,6 +178,18 @@ class DistributedSampler(WorkerPoolSampler):
             self.inference = None
         if hasattr(self, "connection"):
             self.connection.shutdown()
+
+
+def _runner_placement(ray):
+    """SPREAD over the cluster; inside a placement group (a search trial's), into it, so that one
+    trial's runners never take another's CPUs."""
+    from ray.util import get_current_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = get_current_placement_group()
+    if group is None:
+        return "SPREAD"
+    return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_capture_child_tasks=True)
 
 
 def _describe(err: Exception) -> str:
