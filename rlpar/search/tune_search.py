@@ -75,7 +75,7 @@ class TuneSearch:
             if resume and tune.Tuner.can_restore(tune_dir):
                 tuner = tune.Tuner.restore(tune_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
             else:
-                tuner = tune.Tuner(trainable, param_space=tune_space(self.space), tune_config=self._tune_config(),
+                tuner = tune.Tuner(trainable, param_space=tune_space(self.space), tune_config=self._tune_config(run_dir),
                                    run_config=self._run_config(run_dir))
             tuner.fit()  # Ctrl-C: Tune stops the trials, saves its state and returns
             trials = tune.ExperimentAnalysis(tune_dir).trials
@@ -104,14 +104,12 @@ class TuneSearch:
             return learner
         return learner + [{"CPU": base_config["ray"]["cpus_per_worker"]}] * int(base_config["workers"])
 
-    def _scheduler(self):
-        return build_scheduler(self.scheduler_config, self.space)
-
-    def _tune_config(self):
+    def _tune_config(self, run_dir: Path):
         from ray import tune
 
         return tune.TuneConfig(metric=self.metric, mode=self.mode, num_samples=self.num_samples,
-                               scheduler=self._scheduler(), max_concurrent_trials=self.max_concurrent_trials,
+                               scheduler=build_scheduler(self.scheduler_config, self.space, run_dir.resolve()),
+                               max_concurrent_trials=self.max_concurrent_trials,
                                trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
 
     def _run_config(self, run_dir: Path):
@@ -176,11 +174,15 @@ class TuneSearch:
         return best_summary
 
 
-def build_scheduler(scheduler: dict, space: dict):
+def build_scheduler(scheduler: dict, space: dict, search_dir: Path | None = None):
     """The Tune scheduler of `scheduler` (`_target_` and arguments); population-based training
-    gets the search space as its mutations."""
-    population_based = str(scheduler.get("_target_", "")).endswith("PopulationBasedTraining")
-    options = {"hyperparam_mutations": tune_space(space, for_mutation=True)} if population_based else {}
+    gets the search space as its mutations, ResumableASHA the search's directory."""
+    target = str(scheduler.get("_target_", ""))
+    options = {}
+    if target.endswith("PopulationBasedTraining"):
+        options["hyperparam_mutations"] = tune_space(space, for_mutation=True)
+    elif target.endswith("ResumableASHA"):
+        options["search_dir"] = str(search_dir) if search_dir else None
     return instantiate(scheduler, **options, _convert_="all")
 
 
