@@ -274,3 +274,24 @@ def test_a_killed_inference_server_is_restarted_and_the_run_goes_on(cluster, mak
     assert 1 <= during[-1]["worker_restarts"] <= 2, summary  # killed mid-round: runners waiting on it are replaced
     assert during[-1]["live_workers"] == 2 and during[-1]["batches_this_iter"] == 2, summary
     assert during[-1]["inference_batches"] >= 65, summary  # the restarted server answers every request
+
+
+def test_a_distributed_search_trials_env_runners_live_in_its_placement_group(cluster, tmp_path):
+    """search= on a user's cluster (hardware=cluster): each trial reserves its learner and one
+    bundle per worker, and its env runners are scheduled into that placement group."""
+    run_dir = tmp_path / "search"
+    proc = subprocess.run(
+        [sys.executable, "main.py", "search=asha", "search.num_samples=2", "parallel=distributed", "workers=2",
+         "envs_per_worker=2", "hardware=cluster", f"ray.address={cluster.address}", "total_steps=1024",
+         "search.scheduler.grace_period=512", "algo.rollout_length=32", "algo.minibatch_size=64",
+         f"run_dir={run_dir}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    histories = [[json.loads(line) for line in path.read_text().splitlines()]
+                 for path in sorted((run_dir / "trials").glob("*/metrics.jsonl"))]
+    assert len(histories) == 2
+    for history in histories:
+        assert [row["runners_in_placement_group"] for row in history] == [2] * len(history)
+        assert all(row["live_workers"] == 2 for row in history)
+    assert ray.is_initialized()  # the search only disconnected from the user's cluster

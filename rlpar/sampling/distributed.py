@@ -24,10 +24,12 @@ class EnvRunner:
     def __init__(self, worker_class, **worker_kwargs):
         self.worker = worker_class(**worker_kwargs)
 
-    def location(self) -> tuple[str, int]:
+    def location(self) -> tuple[str, int, str | None]:
+        """Node, process, and placement group (None outside one)."""
         import ray
 
-        return ray.get_runtime_context().get_node_id(), os.getpid()
+        context = ray.get_runtime_context()
+        return context.get_node_id(), os.getpid(), context.get_placement_group_id()
 
     def sample(self, weights: dict | None, version: int) -> Batch:
         if weights is not None:
@@ -56,8 +58,12 @@ class DistributedSampler(WorkerPoolSampler):
         # none waits, without holding up training, until a node joins. No task events: the GCS
         # keeps up to 100,000 of them (RAY_task_events_max_num_task_in_gcs), and at hundreds of
         # sample() calls a second they grew its memory by ~50 MB a minute (docs/benchmarks.md, Soak).
+        from ray.util import get_current_placement_group
+
+        self.placement_group = get_current_placement_group()  # a search trial's
         self.runner_cls = ray.remote(EnvRunner).options(
-            num_cpus=cpus_per_worker, scheduling_strategy=_runner_placement(ray), enable_task_events=False
+            num_cpus=cpus_per_worker, scheduling_strategy=_runner_placement(self.placement_group),
+            enable_task_events=False,
         )
         self.runners: list = [None] * self.num_workers
         self.locations: list[tuple[str, int] | None] = [None] * self.num_workers
@@ -169,6 +175,14 @@ class DistributedSampler(WorkerPoolSampler):
     def num_nodes(self) -> int:
         return len({self.locations[w][0] for w in self.live if self.locations[w]})
 
+    def metrics(self) -> dict:
+        metrics = super().metrics()
+        if self.placement_group is not None:  # a search trial: its runners should all be in its group
+            group = self.placement_group.id.hex()
+            metrics["runners_in_placement_group"] = sum(
+                1 for w in self.live if self.locations[w] and self.locations[w][2] == group)
+        return metrics
+
     def close(self) -> None:
         for worker, runner in enumerate(getattr(self, "runners", [])):
             if runner is not None:
@@ -180,13 +194,11 @@ class DistributedSampler(WorkerPoolSampler):
             self.connection.shutdown()
 
 
-def _runner_placement(ray):
+def _runner_placement(group):
     """SPREAD over the cluster; inside a placement group (a search trial's), into it, so that one
     trial's runners never take another's CPUs."""
-    from ray.util import get_current_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    group = get_current_placement_group()
     if group is None:
         return "SPREAD"
     return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_capture_child_tasks=True)
