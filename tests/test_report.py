@@ -1,17 +1,51 @@
-"""A tiny sweep end to end: Hydra multirun, the report, its plots and the notebooks."""
+"""A tiny sweep end to end: Hydra multirun, the report, its plots and the notebooks; and the report
+on hand-written run directories: thresholds, many environments, symlinks, entry points, wall time."""
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib.image
 import nbformat
 import pytest
+import yaml
 from nbclient import NotebookClient
 
+from rlpar.analysis import load_runs, summary_rows
+from rlpar.analysis.plots import compact_number, grid_shape, plot_learning_curves, plural
+from rlpar.analysis.summary import learning_curve
 from rlpar.report import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# 12 registered ids; gymnasium.spec reads the registry only, so none of their packages is needed.
+TWELVE_ENVS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
+               "LunarLander-v3", "BipedalWalker-v3", "FrozenLake-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5"]
+
+
+def write_run(path: Path, env_id="CartPole-v1", *, seed=0, returns=(10.0, 100.0, 200.0, 300.0), steps_per_row=1000,
+              seconds_per_row=1.0, entry_point=None, env_extra=None, sampler="LocalSampler", workers=1) -> Path:
+    """A finished run directory as rlpar writes it (config.yaml, metrics.jsonl), with given returns."""
+    path.mkdir(parents=True)
+    config = {"seed": seed, "total_steps": steps_per_row * len(returns), "workers": workers, "envs_per_worker": 8,
+              "env": {"id": env_id, "entry_point": entry_point, **(env_extra or {})},
+              "parallel": {"_target_": f"rlpar.sampling.local.{sampler}"}}
+    (path / "config.yaml").write_text(yaml.safe_dump(config))
+    rows = [{"iteration": i + 1, "env_steps": steps_per_row * (i + 1), "wall_time_s": seconds_per_row * (i + 1),
+             "episode_return_mean": value} for i, value in enumerate(returns)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def report_csv(sweep_dir: Path, *args: str) -> dict[str, dict]:
+    """`python -m rlpar.report` run as a user runs it; results.csv by env."""
+    proc = subprocess.run([sys.executable, "-m", "rlpar.report", str(sweep_dir), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(sweep_dir / "results.csv") as handle:
+        return {row["env"]: row for row in csv.DictReader(handle)}
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +91,123 @@ def test_report_lists_unfinished_runs_instead_of_hiding_them(sweep, tmp_path):
     assert text.count("| Pendulum-v1 |") == 3
 
 
-def test_report_refuses_an_empty_directory(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "rlpar.report", str(tmp_path)], cwd=ROOT,
+@pytest.mark.parametrize("case", ["empty", "missing", "crashed only"])
+def test_report_says_in_one_sentence_that_a_sweep_has_nothing_to_show(tmp_path, case):
+    sweep_dir = tmp_path / "sweep"
+    if case != "missing":
+        sweep_dir.mkdir()
+    if case == "crashed only":
+        write_run(sweep_dir / "0")
+        (sweep_dir / "0" / "metrics.jsonl").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "rlpar.report", str(sweep_dir)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "no run directories" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    message = proc.stderr.strip()
+    assert message.count("\n") == 0 and message.endswith(".")
+    expected = {"empty": "holds no run directories", "missing": "does not exist", "crashed only": "holds 1 runs but none has finished"}
+    assert expected[case] in message and "nothing to show" in message
+
+
+def test_thresholds_come_from_gymnasium_then_the_run_config_then_the_override(tmp_path):
+    write_run(tmp_path / "acrobot", "Acrobot-v1", returns=(-500.0, -150.0, -90.0, -80.0))
+    write_run(tmp_path / "mountaincar", "MountainCar-v0", returns=(-200.0, -120.0))
+    write_run(tmp_path / "cartpole", "CartPole-v1", returns=(100.0, 460.0, 470.0))
+    write_run(tmp_path / "configured", "Pendulum-v1", returns=(-500.0, -160.0), env_extra={"reward_threshold": -170.0})
+
+    rows = report_csv(tmp_path)
+    assert (rows["Acrobot-v1"]["threshold"], rows["Acrobot-v1"]["threshold_source"]) == ("-100.0", "Gymnasium")
+    assert rows["Acrobot-v1"]["reached"] == "1" and rows["Acrobot-v1"]["steps_to_threshold_mean"] == "3000.0"
+    assert (rows["MountainCar-v0"]["threshold"], rows["MountainCar-v0"]["reached"]) == ("-110.0", "0")
+    assert (rows["CartPole-v1"]["threshold"], rows["CartPole-v1"]["reached"]) == ("475.0", "0")
+    assert (rows["Pendulum-v1"]["threshold"], rows["Pendulum-v1"]["threshold_source"]) == ("-170.0", "run config")
+    assert rows["Pendulum-v1"]["reached"] == "1"
+    text = (tmp_path / "report.md").read_text()
+    assert "| 0/1 (>= -110) |" in text and "MountainCar-v0: -110 (Gymnasium's reward_threshold)" in text
+
+    rows = report_csv(tmp_path, "--threshold", "CartPole-v1=450", "--threshold", "MountainCar-v0=-130")
+    assert (rows["CartPole-v1"]["threshold"], rows["CartPole-v1"]["threshold_source"]) == ("450.0", "override")
+    assert rows["CartPole-v1"]["reached"] == "1" and rows["CartPole-v1"]["steps_to_threshold_mean"] == "2000.0"
+    assert (rows["MountainCar-v0"]["threshold"], rows["MountainCar-v0"]["reached"]) == ("-130.0", "1")
+
+    misspelt = subprocess.run([sys.executable, "-m", "rlpar.report", str(tmp_path), "--threshold", "Cartpole-v1=450"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert misspelt.returncode == 0 and "--threshold Cartpole-v1: no finished run trained 'Cartpole-v1'" in misspelt.stderr
+    bad = subprocess.run([sys.executable, "-m", "rlpar.report", str(tmp_path), "--threshold", "CartPole-v1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "expected ENV=NUMBER" in bad.stderr
+
+
+def test_an_env_without_any_threshold_says_so_instead_of_zero_reached(tmp_path):
+    write_run(tmp_path / "cliff", "CliffWalking-v1", returns=(-100.0, -13.0))  # Gymnasium registers no threshold
+    rows = report_csv(tmp_path)
+    assert (rows["CliffWalking-v1"]["threshold"], rows["CliffWalking-v1"]["threshold_source"]) == ("", "none")
+    text = (tmp_path / "report.md").read_text()
+    assert "| - (no threshold) |" in text and "--threshold CliffWalking-v1=VALUE" in text
+
+
+def test_a_run_with_an_id_and_an_entry_point_is_reported_under_the_entry_point_it_trained(tmp_path):
+    # rlpar.envs.factory.make_env builds env.entry_point when both are set
+    write_run(tmp_path / "custom", "CartPole-v1", entry_point="my_pkg.envs:MyEnv", returns=(1.0, 500.0))
+    write_run(tmp_path / "plain", "CartPole-v1", returns=(1.0, 2.0))
+    rows = report_csv(tmp_path, "--threshold", "my_pkg.envs:MyEnv=400")
+    assert sorted(rows) == ["CartPole-v1", "my_pkg.envs:MyEnv"]
+    assert (rows["my_pkg.envs:MyEnv"]["threshold"], rows["my_pkg.envs:MyEnv"]["reached"]) == ("400.0", "1")
+    assert rows["CartPole-v1"]["final_return_mean"] == "2.0"
+    # not CartPole's Gymnasium threshold: the class it trained is not CartPole
+    assert summary_rows([r for r in load_runs(tmp_path) if r.path.name == "custom"])[0]["threshold"] is None
+
+
+def test_symlinked_run_directories_are_followed_once(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    write_run(elsewhere / "seed1", seed=1, returns=(1.0, 3.0))
+    sweep_dir = tmp_path / "sweep"
+    write_run(sweep_dir / "seed0", seed=0, returns=(1.0, 5.0))
+    (sweep_dir / "seed1").symlink_to(elsewhere / "seed1", target_is_directory=True)
+    (sweep_dir / "again").symlink_to(sweep_dir / "seed0", target_is_directory=True)  # the same run twice
+    (sweep_dir / "seed0" / "loop").symlink_to(sweep_dir, target_is_directory=True)  # a cycle
+    runs = load_runs(sweep_dir)
+    assert sorted(r.seed for r in runs) == [0, 1]
+    rows = report_csv(sweep_dir)
+    assert (rows["CartPole-v1"]["seeds"], rows["CartPole-v1"]["final_return_mean"]) == ("2", "4.0")
+
+
+def test_the_wall_time_curve_goes_on_to_the_slowest_seeds_end(tmp_path):
+    fast = write_run(tmp_path / "fast", seed=0, returns=(0.0, 100.0, 200.0, 300.0), seconds_per_row=1.0)
+    slow = write_run(tmp_path / "slow", seed=1, returns=(0.0, 100.0, 200.0, 400.0), seconds_per_row=2.0)
+    grid, mean, std = learning_curve(load_runs(tmp_path), x="wall_time_s", points=8)
+    assert (grid[0], grid[-1]) == (1.0, 8.0)
+    assert mean[-1] == 400.0 and std[-1] == 0.0  # only the slow seed runs past 4 s
+    assert mean[0] == 0.0 and std[0] == 0.0
+    grid, mean, _ = learning_curve(load_runs(tmp_path), x="env_steps", points=4)
+    assert list(grid) == [1000.0, 2000.0, 3000.0, 4000.0] and mean[-1] == 350.0
+    assert fast.is_dir() and slow.is_dir()
+
+
+@pytest.mark.parametrize("envs, shape", [(1, (1, 1)), (2, (1, 2)), (3, (1, 3)), (4, (2, 2)), (6, (2, 3)), (9, (3, 3)), (12, (3, 4))])
+def test_the_panels_make_a_grid_that_stays_readable(envs, shape):
+    assert grid_shape(envs) == shape
+
+
+def test_twelve_environments_plot_as_a_grid_not_one_long_row(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    for env_id in TWELVE_ENVS:
+        for seed in (0, 1):
+            write_run(sweep_dir / f"{env_id}_s{seed}", env_id, seed=seed, steps_per_row=100_000)
+    paths = plot_learning_curves(load_runs(sweep_dir), tmp_path)
+    for path in paths:
+        height, width, _ = matplotlib.image.imread(path).shape
+        assert 1000 < height < 1600 and width < 2800, (path.name, width, height)  # was 13,200 x 480 in one row
+    one_env = tmp_path / "one"
+    one_env.mkdir()
+    height, width, _ = matplotlib.image.imread(plot_learning_curves(load_runs(sweep_dir / "CartPole-v1_s0"), one_env)[0]).shape
+    assert height < 500 and width < 1000
+
+
+def test_labels_read_well():
+    assert [plural(1, "worker"), plural(16, "worker"), plural(1, "seed"), plural(3, "seed")] == \
+        ["1 worker", "16 workers", "1 seed", "3 seeds"]
+    assert [compact_number(v) for v in (0, 500, 2500, 100_000, 150_000, 1_200_000, -200)] == \
+        ["0", "500", "2.5k", "100k", "150k", "1.2M", "-200"]
 
 
 @pytest.mark.parametrize("name", ["scaling.ipynb", "learning_curves.ipynb"])

@@ -1,6 +1,7 @@
-"""Reading run directories and sweeps into tables and curves (shared by the report and notebooks)."""
+"""Reading run directories, sweeps and searches into tables and curves (shared by the report and notebooks)."""
 
 from rlpar.analysis.runs import Run, load_runs
+from rlpar.analysis.search import Search, load_search
 from rlpar.analysis.summary import learning_curve, scaling_rows, summary_rows
 
-__all__ = ["Run", "load_runs", "learning_curve", "scaling_rows", "summary_rows"]
+__all__ = ["Run", "Search", "load_runs", "load_search", "learning_curve", "scaling_rows", "summary_rows"]

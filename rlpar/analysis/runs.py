@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 MODE_BY_SAMPLER = {"LocalSampler": "local", "MultiprocessSampler": "multiprocess", "DistributedSampler": "distributed"}
-THRESHOLDS = {"CartPole-v1": 475.0, "CartPole-v0": 195.0, "Pendulum-v1": -200.0, "Acrobot-v1": -100.0}
+
+# rlpar's own targets where Gymnasium registers no `reward_threshold` (the tuned presets aim at them).
+RLPAR_THRESHOLDS = {"Pendulum-v1": -200.0}
 
 
 @dataclass
@@ -20,8 +23,24 @@ class Run:
 
     @property
     def env_id(self) -> str:
-        env = self.config.get("env", {})
-        return env.get("id") or str(env.get("entry_point"))
+        """The environment trained: `env.entry_point` wins over `env.id`, as in rlpar.envs.factory.make_env."""
+        env = self.config.get("env") or {}
+        return str(env.get("entry_point") or env.get("id") or "unknown env")
+
+    @property
+    def registered_id(self) -> str | None:
+        """The Gymnasium id trained, or None when the run built a class by its entry point."""
+        env = self.config.get("env") or {}
+        return None if env.get("entry_point") else env.get("id")
+
+    @property
+    def configured_threshold(self) -> float | None:
+        """A return threshold the run's config carries as `env.reward_threshold` (Gymnasium's name for it).
+
+        conf/env has no such key today (the config check refuses `+env.reward_threshold`); configs
+        written by other tools, or a future env group that adds it, are read."""
+        value = (self.config.get("env") or {}).get("reward_threshold")
+        return None if value is None else float(value)
 
     @property
     def mode(self) -> str:
@@ -64,6 +83,39 @@ class Run:
                      and r["episode_return_mean"] >= threshold), None)
 
 
+def gymnasium_threshold(env_id: str | None) -> float | None:
+    """The `reward_threshold` Gymnasium registers for `env_id`, or None (none registered, unknown id)."""
+    if not env_id:
+        return None
+    import gymnasium as gym
+
+    try:
+        value = gym.spec(env_id).reward_threshold
+    except Exception:  # unregistered, deprecated, or a namespace whose package is not installed
+        return None
+    return None if value is None else float(value)
+
+
+def return_threshold(env: str, runs: list[Run], overrides: dict[str, float] | None = None) -> tuple[float | None, str]:
+    """The return an `env` run should reach, and where that figure comes from.
+
+    In order: an override (`--threshold ENV=VALUE`), the runs' config (`env.reward_threshold`),
+    Gymnasium's `reward_threshold` for the id, rlpar's own target (RLPAR_THRESHOLDS).
+    """
+    if overrides and env in overrides:
+        return float(overrides[env]), "override"
+    configured = next((r.configured_threshold for r in runs if r.configured_threshold is not None), None)
+    if configured is not None:
+        return configured, "run config"
+    registered = next((r.registered_id for r in runs if r.registered_id), None)
+    gym_value = gymnasium_threshold(registered)
+    if gym_value is not None:
+        return gym_value, "Gymnasium"
+    if registered in RLPAR_THRESHOLDS:
+        return RLPAR_THRESHOLDS[registered], "rlpar"
+    return None, "none"
+
+
 def _read_metrics(path: Path) -> list[dict]:
     rows = []
     if path.exists():
@@ -75,15 +127,41 @@ def _read_metrics(path: Path) -> list[dict]:
     return rows
 
 
+def _config_files(directory: Path) -> list[Path]:
+    """config.yaml of every run directory below `directory`, symlinked directories followed, each run once."""
+    found, seen = [], set()
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a link cycle, or a run reachable by two paths
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if d != ".hydra")
+        if "config.yaml" in files:
+            found.append(Path(root) / "config.yaml")
+    return sorted(found)
+
+
 def load_runs(directory: str | Path) -> list[Run]:
     """Every run directory (one holding config.yaml) below `directory`, in path order."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"'{directory}' is not a directory")
     runs = []
-    for config_path in sorted(directory.rglob("config.yaml")):
-        if config_path.parent.name == ".hydra":
-            continue
+    for config_path in _config_files(directory):
         config = yaml.safe_load(config_path.read_text()) or {}
         runs.append(Run(config_path.parent, config, _read_metrics(config_path.parent / "metrics.jsonl")))
     return runs
+
+
+def no_finished_runs(directory: str | Path, runs: list[Run], command: str = "python main.py -m experiment=<preset>") -> str | None:
+    """One sentence saying why `directory` has nothing to show, or None when it has a finished run."""
+    if any(r.status == "finished" for r in runs):
+        return None
+    if not Path(directory).is_dir():
+        why = "does not exist"
+    elif not runs:
+        why = "holds no run directories (a run directory has config.yaml and metrics.jsonl)"
+    else:
+        why = f"holds {len(runs)} runs but none has finished"
+    return f"'{directory}' {why}, so there is nothing to show: run a sweep first ({command}) or point to another directory."
