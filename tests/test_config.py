@@ -156,3 +156,12 @@ def test_every_preset_key_is_a_config_key(make_cfg):
         cfg = make_cfg(f"algo={path.parent.name}", "env.id=null")
         for key in flat_keys(yaml.safe_load(path.read_text())):
             assert OmegaConf.select(cfg, key, default="absent", throw_on_resolution_failure=False) != "absent", (path, key)
+
+
+def test_run_folders_are_named_after_the_environment_trained():
+    """With both env.id and env.entry_point set, make_env builds the entry point: so is the run named."""
+    from rlpar.config.resolvers import env_name
+
+    assert env_name("CartPole-v1", "benchmarks.frames_env:FramesEnv") == "FramesEnv"
+    assert env_name("CartPole-v1", None) == "CartPole-v1"
+    assert env_name(None, "my_pkg.envs.Grid") == "Grid"

@@ -14,8 +14,9 @@ def steps_per_env(total_steps: int, *, _root_) -> int:
 
 
 def env_name(env_id, entry_point) -> str:
-    """The environment trained, as a folder name: `CartPole-v1`, or `MyEnv` for `pkg.mod:MyEnv`."""
-    name = env_id or str(entry_point or "env").replace(":", ".").rsplit(".", 1)[-1]
+    """The environment trained, as a folder name: `CartPole-v1`, or `MyEnv` for `pkg.mod:MyEnv`
+    (the entry point when both are set: it is what make_env builds)."""
+    name = str(entry_point).replace(":", ".").rsplit(".", 1)[-1] if entry_point else (env_id or "env")
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))
 
 
