@@ -1,10 +1,14 @@
-"""`python -m rlpar.report <sweep dir>`: report.md, results.csv and PNG plots from a sweep.
+"""`python -m rlpar.report <sweep or search dir>`: report.md, results.csv and PNG plots from a sweep or a search.
 
 Reads every run directory below the sweep (config.yaml, metrics.jsonl; symlinked directories are
-followed). Crashed and unfinished runs are listed in the report, not silently dropped; with no
-finished run it says so in one sentence and exits non-zero. Return thresholds come from
-`--threshold ENV=VALUE`, else the run's `env.reward_threshold`, else Gymnasium's registered
-`reward_threshold` (rlpar.analysis.runs.return_threshold).
+followed); seeds of the same env, mode, workers and envs are averaged. Crashed and unfinished runs
+are listed in the report, not silently dropped; with no finished run it says so in one sentence and
+exits non-zero. Return thresholds come from `--threshold ENV=VALUE`, else the run's
+`env.reward_threshold`, else Gymnasium's registered `reward_threshold` (rlpar.analysis.runs.return_threshold).
+
+A search directory (rlpar.search: search.csv, or a config.yaml with `search` set) is reported trial
+by trial instead, since its trials differ by hyper-parameters, not by seed: the trials best first,
+the best one and the command that reruns it, how many ended how, and their curves.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlpar.analysis.runs import load_runs, no_finished_runs
+from rlpar.analysis.runs import is_search_dir, load_runs, no_finished_runs, return_threshold
+from rlpar.analysis.search import Search, load_search, no_trials
 from rlpar.analysis.summary import scaling_rows, summary_rows
 
 COLUMNS = ("env", "mode", "workers", "envs", "seeds", "fps_mean", "fps_std", "speedup", "efficiency",
@@ -65,19 +70,25 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _warn_unknown_thresholds(thresholds: dict[str, float] | None, trained: list[str]) -> None:
+    for env in sorted(set(thresholds or {}) - set(trained)):  # a typo would otherwise change nothing, silently
+        print(f"rlpar.report: --threshold {env}: no finished run trained '{env}' (the runs trained {', '.join(trained)})",
+              file=sys.stderr)
+
+
 def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[str, float] | None = None) -> Path:
     """report.md, results.csv and the plots; `thresholds` overrides return thresholds per env."""
+    sweep_dir = Path(sweep_dir)
     out_dir = out_dir or sweep_dir
+    if is_search_dir(sweep_dir):
+        return write_search_report(sweep_dir, out_dir, thresholds)
     runs = load_runs(sweep_dir) if Path(sweep_dir).is_dir() else []
     nothing = no_finished_runs(sweep_dir, runs)
     if nothing:
         raise SystemExit(f"rlpar.report: {nothing}")
     finished = [r for r in runs if r.status == "finished"]
     rows = scaling_rows(summary_rows(runs, thresholds))
-    trained = sorted({r["env"] for r in rows})
-    for env in sorted(set(thresholds or {}) - set(trained)):  # a typo would otherwise change nothing, silently
-        print(f"rlpar.report: --threshold {env}: no finished run trained '{env}' (the runs trained {', '.join(trained)})",
-              file=sys.stderr)
+    _warn_unknown_thresholds(thresholds, sorted({r["env"] for r in rows}))
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
@@ -106,6 +117,107 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
+# -- a search: trial by trial ------------------------------------------------------------------
+RUN_COLUMNS = ("env", "mode", "workers", "envs", "fps")  # results.csv of a search: what each trial's run says
+
+
+def _run_columns(run) -> dict:
+    if run is None:  # listed in search.csv, no run directory (yet)
+        return dict.fromkeys(RUN_COLUMNS)
+    return {"env": run.env_id, "mode": run.mode, "workers": run.workers, "envs": run.num_envs, "fps": run.fps}
+
+
+def trials_table(search: Search, rows: list[dict]) -> str:
+    """search.csv as markdown, best first, with each trial's env steps/s; PBT's exploits when there were any."""
+    metric = search.metric
+    pbt = any(row.get("pbt_exploits") for row in rows)
+    header = ["trial", "status", *search.hyperparameters, f"final {metric}", f"best {metric}", "iterations", "env steps",
+              "env steps/s", *(["PBT exploits"] if pbt else [])]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["trial"], row["status"], *(_fmt(row.get(key), ".4g") for key in search.hyperparameters),
+                 _fmt(row.get(f"final_{metric}"), ".4g"), _fmt(row.get(f"best_{metric}"), ".4g"), _fmt(row.get("iterations")),
+                 _fmt(row.get("env_steps")), _fmt(row.get("fps")), *([_fmt(row.get("pbt_exploits"))] if pbt else [])]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def best_section(search: Search, rows: list[dict]) -> list[str]:
+    """best.yaml's trial and the command that reruns it; before the search has written best.yaml, the leader so far."""
+    metric = search.metric
+    if not search.best:
+        leader = f"`{rows[0]['trial']}`" if rows and rows[0].get(f"final_{metric}") is not None else "none yet"
+        return ["## Best trial", "", f"No best.yaml yet (the search is under way or was interrupted); the best final "
+                f"{metric} so far: {leader}.", ""]
+    best = search.best
+    overrides = ", ".join(f"{key}={value}" for key, value in (best.get("overrides") or {}).items())
+    lines = ["## Best trial", "",
+             f"`{best.get('trial')}` ({best.get('status')}; {overrides}): final {best.get('metric', metric)} "
+             f"{_fmt(best.get('final'), '.4g')}, best {_fmt(best.get('best'), '.4g')}."]
+    if best.get("command"):
+        lines += ["", "Rerun it with:", "", "```", str(best["command"]), "```"]
+    return lines + [""]
+
+
+def write_search_report(search_dir: Path, out_dir: Path, thresholds: dict[str, float] | None = None) -> Path:
+    """report.md, results.csv (a row per trial with its hyper-parameters) and search_trials.png for a search."""
+    search = load_search(search_dir)
+    nothing = no_trials(search_dir, search, instead="point to another directory")
+    if nothing:
+        raise SystemExit(f"rlpar.report: {nothing}")
+    rows = [{**row, **_run_columns(search.trials.get(str(row["trial"])))} for row in search.rows()]
+    runs = list(search.trials.values())
+    envs = sorted({run.env_id for run in runs})
+    _warn_unknown_thresholds(thresholds, envs)
+    threshold = None
+    threshold_rows = []
+    if search.metric == "episode_return_mean":
+        for env in envs:
+            value, source = return_threshold(env, [r for r in runs if r.env_id == env], thresholds)
+            threshold_rows.append({"env": env, "threshold": value, "threshold_source": source})
+        threshold = threshold_rows[0]["threshold"] if len(envs) == 1 else None  # one line means one env
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    columns = [key for key in dict.fromkeys(key for row in rows for key in row) if key != "run_dir"] + ["run_dir"]
+    with open(out_dir / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    from rlpar.analysis.plots import plot_trials
+
+    plot = plot_trials(search, out_dir, threshold=threshold)
+    scheduler = str((search.settings.get("scheduler") or {}).get("_target_", "unknown scheduler")).rsplit(".", 1)[-1]
+    counts = ", ".join(f"{count} {status}" for status, count in search.status_counts().items())
+    lines = [
+        f"# Search report: {search_dir}",
+        "",
+        f"Made {time.strftime('%Y-%m-%d %H:%M')} from the {len(rows)} trials of a search over "
+        f"{', '.join(search.hyperparameters) or 'unknown hyper-parameters'} on {', '.join(envs)} ({scheduler}; "
+        f"{'highest' if search.maximise else 'lowest'} final {search.metric} is best). Each trial is a configuration "
+        "of its own: trials differ by their hyper-parameters, not by seed, so they are listed one by one, not averaged.",
+        "",
+        f"Trials by status: {counts}.",
+        "",
+        *best_section(search, rows),
+        f"## Trials, best first (by final {search.metric})",
+        "",
+        trials_table(search, rows),
+        "",
+    ]
+    if any(row.get("pbt_exploits") for row in rows):
+        lines += ["Population-based training: a trial went on `PBT exploits` times from another trial's checkpoint, "
+                  "so its hyper-parameters here are its last ones, and its env steps and wall time continue from "
+                  "the other trial's (a gap in its curve).", ""]
+    if threshold_rows:
+        lines += [thresholds_line(threshold_rows), ""]
+    if plot:
+        lines += ["## Plots", "", f"![{plot.stem}]({plot.name})", ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 from nbclient import NotebookClient
 
 from rlpar.analysis import load_runs, scaling_rows, summary_rows
-from tests.test_report import write_run
+from tests.test_report import write_run, write_search_results
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -89,13 +88,7 @@ def write_search(directory: Path) -> Path:
         write_run(directory / "trials" / trial, returns=returns, seconds_per_row=0.5 * (index + 1))
         rows.append({"trial": trial, "status": "finished", "algo.lr": lr, "final_episode_return_mean": returns[-1],
                      "best_episode_return_mean": max(returns), "iterations": 3, "env_steps": 3000, "run_dir": f"trials/{trial}"})
-    with open(directory / "search.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    best = {"trial": "trial_00001", "metric": "episode_return_mean", "final": 480.0, "best": 480.0, "status": "finished",
-            "overrides": {"algo.lr": 3e-3}, "command": "python main.py algo.lr=0.003"}
-    (directory / "best.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
+    write_search_results(directory, rows, best_trial="trial_00001", command="python main.py algo.lr=0.003")
     return directory
 
 

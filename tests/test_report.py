@@ -1,5 +1,6 @@
 """A tiny sweep end to end: Hydra multirun, the report, its plots and the notebooks; and the report
-on hand-written run directories: thresholds, many environments, symlinks, entry points, wall time."""
+on hand-written run directories: thresholds, many environments, symlinks, entry points, wall time,
+and search directories (a row per trial, not seeds of one configuration)."""
 
 import csv
 import json
@@ -26,12 +27,13 @@ TWELVE_ENVS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "Mo
 
 
 def write_run(path: Path, env_id="CartPole-v1", *, seed=0, returns=(10.0, 100.0, 200.0, 300.0), steps_per_row=1000,
-              seconds_per_row=1.0, entry_point=None, env_extra=None, sampler="LocalSampler", workers=1) -> Path:
-    """A finished run directory as rlpar writes it (config.yaml, metrics.jsonl), with given returns."""
+              seconds_per_row=1.0, entry_point=None, env_extra=None, sampler="LocalSampler", workers=1, extra=None) -> Path:
+    """A finished run directory as rlpar writes it (config.yaml, metrics.jsonl), with given returns;
+    `extra`: more top-level config keys (or ones to replace)."""
     path.mkdir(parents=True)
     config = {"seed": seed, "total_steps": steps_per_row * len(returns), "workers": workers, "envs_per_worker": 8,
               "env": {"id": env_id, "entry_point": entry_point, **(env_extra or {})},
-              "parallel": {"_target_": f"rlpar.sampling.local.{sampler}"}}
+              "parallel": {"_target_": f"rlpar.sampling.local.{sampler}"}, **(extra or {})}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [{"iteration": i + 1, "env_steps": steps_per_row * (i + 1), "wall_time_s": seconds_per_row * (i + 1),
              "episode_return_mean": value} for i, value in enumerate(returns)]
@@ -231,3 +233,124 @@ def test_ray_launcher_runs_the_trials_of_a_sweep(tmp_path):
     assert "Launching 2 jobs on Ray" in proc.stdout + proc.stderr
     text = write_report(tmp_path).read_text()
     assert "| CartPole-v1 | local | 1 | 8 | 2 |" in text
+
+
+# -- search directories (rlpar.search) ------------------------------------------------------------
+# (trial, status, algo.lr, returns, total_steps): one lr per trial; 00003 errored before its first row.
+SEARCH_TRIALS = [("12345_00000", "finished", 1e-4, (20.0, 30.0, 60.0, 90.0), 4000),
+                 ("12345_00001", "finished", 3e-3, (25.0, 200.0, 400.0, 480.0), 4000),
+                 ("12345_00002", "early-stopped", 1e-3, (20.0, 150.0), 4000),
+                 ("12345_00003", "errored", 5e-2, (), 4000)]
+
+
+def write_search_results(directory, rows: list[dict], *, best_trial: str, command: str) -> None:
+    """search.csv and best.yaml as rlpar.search writes them (the best: lr 3e-3, final 480)."""
+    with open(directory / "search.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    best = {"trial": best_trial, "metric": "episode_return_mean", "final": 480.0, "best": 480.0, "status": "finished",
+            "overrides": {"algo.lr": 3e-3}, "command": command}
+    (directory / "best.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
+
+
+def write_search(directory: Path, *, mode="max", pbt=False) -> Path:
+    """A search directory as rlpar.search lays it out, by hand: the search's own config.yaml, a run
+    directory per trial under trials/, search.csv, best.yaml, and in tune/ a decoy run (Tune's state)."""
+    scheduler = "ray.tune.schedulers.pbt.PopulationBasedTraining" if pbt else "ray.tune.schedulers.AsyncHyperBandScheduler"
+    search = {"metric": "episode_return_mean", "mode": mode, "space": {"algo": {"lr": {"loguniform": [1e-5, 1e-1]}}},
+              "scheduler": {"_target_": scheduler}}
+    directory.mkdir(parents=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump({"total_steps": 4000, "env": {"id": "CartPole-v1"}, "search": search}))
+    rows = []
+    for trial, status, lr, returns, total_steps in SEARCH_TRIALS:
+        run = write_run(directory / "trials" / trial, returns=returns or (0.0,), seconds_per_row=0.5,
+                        extra={"total_steps": total_steps, "algo": {"lr": lr}, "search": None})
+        if not returns:
+            (run / "metrics.jsonl").write_text("")
+        if pbt and trial == "12345_00000":  # went on from 00001's checkpoint after its 2nd row: steps go back
+            metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            for index, row in enumerate(metrics[2:], 2):
+                row.update(env_steps=index * 1000, pbt_exploits=1, pbt_donor="12345_00001")
+            (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in metrics))
+        rows.append({"trial": trial, "status": status, "algo.lr": lr, "final_episode_return_mean": returns[-1] if returns else "",
+                     "best_episode_return_mean": (max if mode == "max" else min)(returns) if returns else "",
+                     "iterations": len(returns), "env_steps": 1000 * len(returns),
+                     "pbt_exploits": int(pbt and trial == "12345_00000"), "run_dir": f"trials/{trial}"})
+    write_search_results(directory, rows, best_trial="12345_00001", command="python main.py total_steps=4000 algo.lr=0.003")
+    # Tune's own copy of a trial: a run directory to every look, which must never be reported
+    write_run(directory / "tune" / "12345_00009", returns=(9999.0,), extra={"algo": {"lr": 0.5}})
+    return directory
+
+
+def report_of(directory: Path) -> tuple[str, list[dict]]:
+    """`python -m rlpar.report` on `directory`, as a user runs it: report.md and results.csv."""
+    proc = subprocess.run([sys.executable, "-m", "rlpar.report", str(directory)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(directory / "results.csv") as handle:
+        return (directory / "report.md").read_text(), list(csv.DictReader(handle))
+
+
+def test_a_search_is_reported_trial_by_trial_best_first(tmp_path):
+    text, rows = report_of(write_search(tmp_path / "search"))
+    # the search's own config.yaml is not a run, Tune's state is not looked into
+    assert "crashed" not in text and "Runs not included" not in text and "| . |" not in text
+    assert "12345_00009" not in text and "9999" not in text and "12345_00009" not in {r["trial"] for r in rows}
+    # a row per trial, best final return first, each with its own learning rate: no seeds averaged
+    table = [line.split(" | ") for line in text.splitlines() if line.startswith("| 12345_")]
+    assert [(cells[0], cells[1], cells[2]) for cells in table] == [
+        ("| 12345_00001", "finished", "0.003"), ("| 12345_00002", "early-stopped", "0.001"),
+        ("| 12345_00000", "finished", "0.0001"), ("| 12345_00003", "errored", "0.05")]
+    assert [(r["trial"], float(r["algo.lr"]), r["status"]) for r in rows] == [
+        ("12345_00001", 3e-3, "finished"), ("12345_00002", 1e-3, "early-stopped"), ("12345_00000", 1e-4, "finished"),
+        ("12345_00003", 5e-2, "errored")]
+    assert rows[0]["final_episode_return_mean"] == "480.0" and rows[0]["env"] == "CartPole-v1"
+    assert "Trials by status: 2 finished, 1 early-stopped, 1 errored." in text
+    assert "`12345_00001` (finished; algo.lr=0.003)" in text
+    assert "python main.py total_steps=4000 algo.lr=0.003" in text
+    assert "PBT exploits" not in text
+    png = tmp_path / "search" / "search_trials.png"
+    assert "![search_trials](search_trials.png)" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert not (tmp_path / "search" / "learning_curves_steps.png").exists()  # a curve averaged over trials
+
+
+def test_a_searchs_trials_are_its_runs_and_nothing_else(tmp_path):
+    directory = write_search(tmp_path / "outputs" / "search")
+    write_run(tmp_path / "outputs" / "plain_run")
+    assert sorted(r.path.name for r in load_runs(tmp_path / "outputs")) == [
+        "12345_00000", "12345_00001", "12345_00002", "12345_00003", "plain_run"]
+    (directory / "search.csv").unlink()  # under way: only the search's config says it is one
+    assert len(load_runs(directory)) == 4
+
+
+def test_a_search_under_way_and_mode_min_rank_from_the_trials_own_configs(tmp_path):
+    directory = write_search(tmp_path / "search", mode="min")
+    (directory / "search.csv").unlink()
+    (directory / "best.yaml").unlink()
+    text, rows = report_of(directory)
+    assert [(r["trial"], float(r["algo.lr"]), r["status"]) for r in rows] == [
+        ("12345_00000", 1e-4, "finished"), ("12345_00002", 1e-3, "unfinished"), ("12345_00001", 3e-3, "finished"),
+        ("12345_00003", 5e-2, "crashed")]  # lowest final return first; statuses as the runs tell
+    assert "No best.yaml yet" in text and "so far: `12345_00000`" in text
+    assert "Trials by status: 2 finished, 1 unfinished, 1 crashed." in text
+    assert (directory / "search_trials.png").is_file()
+
+
+def test_a_population_based_search_shows_the_exploits(tmp_path):
+    directory = write_search(tmp_path / "search", pbt=True)
+    text, rows = report_of(directory)
+    assert "| PBT exploits |" in text and "Population-based training" in text
+    assert {r["trial"]: r["pbt_exploits"] for r in rows}["12345_00000"] == "1"
+    assert (directory / "search_trials.png").is_file()
+
+
+def test_a_search_with_no_trials_says_so_in_one_sentence(tmp_path):
+    directory = tmp_path / "search"
+    directory.mkdir()
+    (directory / "config.yaml").write_text(yaml.safe_dump({"search": {"metric": "episode_return_mean"}}))
+    proc = subprocess.run([sys.executable, "-m", "rlpar.report", str(directory)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "has no trials" in proc.stderr and "nothing to show" in proc.stderr

@@ -151,10 +151,12 @@ def plot_learning_curves(runs, out_dir: Path, thresholds: dict[str, float] | Non
     return written
 
 
-def plot_trials(search, out_dir: Path, metric: str | None = None) -> Path | None:
+def plot_trials(search, out_dir: Path, metric: str | None = None, threshold: float | None = None) -> Path | None:
     """A search's `metric` against env steps and wall time, a line per trial, the best one bold.
 
-    With many trials only the best is named in the legend; the others are thin grey lines."""
+    Trials are configurations of their own, so each is drawn and named with its hyper-parameters
+    (never averaged like seeds); with many trials only the best is named in the legend, the others
+    are thin grey lines. `threshold`: the return to reach, dashed."""
     metric = metric or search.metric
     best = search.best_trial()
     named = len(search.trials) <= 12
@@ -166,9 +168,9 @@ def plot_trials(search, out_dir: Path, metric: str | None = None) -> Path | None
             continue
         drawn = True
         if name == best:
-            style = dict(linewidth=2.4, color="black", zorder=3, label=f"{name} (best)")
+            style = dict(linewidth=2.4, color="black", zorder=3, label=f"{search.label(name)}, best")
         elif named:
-            style = dict(linewidth=1, alpha=0.8, color=f"C{index % 10}", label=name)
+            style = dict(linewidth=1, alpha=0.8, color=f"C{index % 10}", label=search.label(name))
         else:
             style = dict(linewidth=0.8, alpha=0.5, color="grey", label="other trials")
         for ax, x in zip(axes, ("env_steps", "wall_time_s")):
@@ -177,6 +179,8 @@ def plot_trials(search, out_dir: Path, metric: str | None = None) -> Path | None
         plt.close(fig)
         return None
     for ax, xlabel in zip(axes, ("env steps", "training wall time (s)")):
+        if threshold is not None:
+            ax.axhline(threshold, color="black", linewidth=1, linestyle="--", label=f"return threshold ({threshold:g})")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(metric)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=5))

@@ -116,7 +116,8 @@ def return_threshold(env: str, runs: list[Run], overrides: dict[str, float] | No
     return None, "none"
 
 
-def _read_metrics(path: Path) -> list[dict]:
+def read_metrics(path: Path) -> list[dict]:
+    """A run's metrics.jsonl rows ([] before the first)."""
     rows = []
     if path.exists():
         for line in path.read_text().splitlines():
@@ -127,8 +128,29 @@ def _read_metrics(path: Path) -> list[dict]:
     return rows
 
 
-def _config_files(directory: Path) -> list[Path]:
-    """config.yaml of every run directory below `directory`, symlinked directories followed, each run once."""
+SEARCH_STATE = "tune"  # <search dir>/tune: Ray Tune's own state (rlpar.search.tune_search.TUNE_DIR), never a run
+
+
+def is_search_config(config: dict | None) -> bool:
+    """A search's own config.yaml (`search` set): it describes the search, not a run, and has no metrics."""
+    return bool((config or {}).get("search"))
+
+
+def is_search_dir(directory: str | Path) -> bool:
+    """A search run directory (rlpar.search): search.csv, or a config.yaml with `search` set."""
+    directory = Path(directory)
+    return (directory / "search.csv").is_file() or is_search_config(_read_config(directory / "config.yaml"))
+
+
+def _read_config(path: Path) -> dict | None:
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+
+
+def _run_configs(directory: Path) -> list[tuple[Path, dict]]:
+    """(run directory, its config) below `directory`, symlinked directories followed, each run once.
+
+    A search directory is not a run itself and its `tune/` is skipped: Ray Tune keeps its own copies
+    of the trials there, and the trials are the run directories under `trials/`."""
     found, seen = [], set()
     for root, dirs, files in os.walk(directory, followlinks=True):
         real = os.path.realpath(root)
@@ -137,9 +159,12 @@ def _config_files(directory: Path) -> list[Path]:
             continue
         seen.add(real)
         dirs[:] = sorted(d for d in dirs if d != ".hydra")
-        if "config.yaml" in files:
-            found.append(Path(root) / "config.yaml")
-    return sorted(found)
+        config = _read_config(Path(root) / "config.yaml") if "config.yaml" in files else None
+        if "search.csv" in files or is_search_config(config):
+            dirs[:] = [d for d in dirs if d != SEARCH_STATE]
+        elif config is not None:
+            found.append((Path(root), config))
+    return sorted(found, key=lambda item: item[0])
 
 
 def load_runs(directory: str | Path) -> list[Run]:
@@ -147,11 +172,7 @@ def load_runs(directory: str | Path) -> list[Run]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"'{directory}' is not a directory")
-    runs = []
-    for config_path in _config_files(directory):
-        config = yaml.safe_load(config_path.read_text()) or {}
-        runs.append(Run(config_path.parent, config, _read_metrics(config_path.parent / "metrics.jsonl")))
-    return runs
+    return [Run(path, config, read_metrics(path / "metrics.jsonl")) for path, config in _run_configs(directory)]
 
 
 def no_finished_runs(directory: str | Path, runs: list[Run], command: str = "python main.py -m experiment=<preset>") -> str | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ray.tune.schedulers.async_hyperband import AsyncHyperBandScheduler
 
-from rlpar.search.trial import metrics_rows
+from rlpar.analysis.runs import read_metrics
 
 
 class ResumableASHA(AsyncHyperBandScheduler):
@@ -39,7 +39,7 @@ class ResumableASHA(AsyncHyperBandScheduler):
         self.refilled = True
         rungs = self._brackets[0]._rungs  # [(milestone, {trial id: metric x mode sign})], largest first
         for history_file in sorted(Path(self.search_dir, "trials").glob("*/metrics.jsonl")):
-            history = metrics_rows(history_file)
+            history = read_metrics(history_file)
             for milestone, recorded in rungs:
                 reached = next((row for row in history if row.get(self._time_attr, 0) >= milestone), None)
                 value = reached.get(self._metric) if reached else None

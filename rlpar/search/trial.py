@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf, open_dict
 
+from rlpar.analysis.runs import read_metrics
 from rlpar.search.space import apply_overrides
 
 WRITER = "rlpar_trial.json"  # in a Tune checkpoint: which trial wrote it
@@ -59,7 +60,7 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
             truncate_metrics(run_dir / "metrics.jsonl", int(state["iteration"]))
         else:
             donor = writer
-    last = (metrics_rows(run_dir / "metrics.jsonl") or [{}])[-1]  # this trial's own history so far
+    last = (read_metrics(run_dir / "metrics.jsonl") or [{}])[-1]  # this trial's own history so far
     exploits = int(last.get("pbt_exploits", 0)) + (donor is not None)
     trainer = build_trainer(cfg, progress=False)
     try:
@@ -82,16 +83,4 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
                 tune.report(report, checkpoint=tune.Checkpoint.from_directory(folder))
     finally:
         trainer.close()
-
-
-def metrics_rows(path: Path) -> list[dict]:
-    """A run's metrics.jsonl rows (a line cut short by a kill is skipped)."""
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-    return rows
 

@@ -21,7 +21,8 @@ import yaml
 from hydra.utils import instantiate
 
 from rlpar.search.space import flatten_space, tune_space
-from rlpar.search.trial import metrics_rows, train_trial
+from rlpar.analysis.runs import read_metrics
+from rlpar.search.trial import train_trial
 
 TUNE_DIR = "tune"  # <run_dir>/tune: Tune's experiment state, restored on resume
 COMMAND_FILE = "search_command.json"  # the overrides the search was started with
@@ -118,8 +119,11 @@ class TuneSearch:
         # PBT keeps every checkpoint: a donor races on while its exploiter restarts, and a
         # pruned donor checkpoint failed the exploit ("does not exist on storage anymore").
         keep = None if self.population_based else 2
+        # A trial that fails (its node lost, its process killed) is retried from its newest
+        # checkpoint, twice at most, before it counts as errored.
         return tune.RunConfig(storage_path=str(run_dir.resolve()), name=TUNE_DIR, verbose=1,
-                              checkpoint_config=tune.CheckpointConfig(num_to_keep=keep))
+                              checkpoint_config=tune.CheckpointConfig(num_to_keep=keep),
+                              failure_config=tune.FailureConfig(max_failures=2))
 
     # -- what a search leaves behind -------------------------------------------------------------
     def write_table(self, trials, *, run_dir: Path, total_steps: int) -> list[dict]:
@@ -128,7 +132,7 @@ class TuneSearch:
         keys = list(flatten_space(self.space))
         rows = []
         for trial in trials:
-            history = metrics_rows(run_dir / "trials" / trial.trial_id / "metrics.jsonl")
+            history = read_metrics(run_dir / "trials" / trial.trial_id / "metrics.jsonl")
             values = [r[self.metric] for r in history if _finite(r.get(self.metric))]
             env_steps = history[-1]["env_steps"] if history else 0
             status = {"ERROR": "errored", "TERMINATED": "finished" if env_steps >= total_steps else "early-stopped"}
