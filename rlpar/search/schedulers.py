@@ -18,7 +18,8 @@ class ResumableASHA(AsyncHyperBandScheduler):
     first trial event after a restore this one refills the rungs from the trials' own
     metrics.jsonl under `search_dir`: each trial's metric at the first row that reached each rung,
     as ASHA recorded it (a single bracket; with several, a trial's bracket is not known, so
-    nothing is refilled)."""
+    nothing is refilled). A trial that will run on is taken out again: its rows past its
+    checkpoint are about to be cut, and it must meet its rungs again."""
 
     def __init__(self, *, search_dir: str | None = None, **asha_options):
         super().__init__(**asha_options)
@@ -27,6 +28,9 @@ class ResumableASHA(AsyncHyperBandScheduler):
 
     def on_trial_add(self, tune_controller, trial):
         self._refill_rungs()
+        if trial.status != trial.TERMINATED:  # it runs on from its checkpoint and reaches its rungs anew
+            for _, recorded in self._brackets[0]._rungs if len(self._brackets) == 1 else []:
+                recorded.pop(trial.trial_id, None)
         super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller, trial, result):
