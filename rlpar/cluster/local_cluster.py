@@ -47,13 +47,15 @@ def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100):
     return cluster
 
 
-def serve_commands(cluster, new_node_args: dict, lines) -> None:
+def serve_commands(cluster, new_node_args: dict, lines, watch=None) -> None:
     """Add and remove worker nodes on request, one command per line, until input ends."""
     for line in lines:
         command = line.strip()
         if command == "add":
             node = cluster.add_node(**new_node_args)
             cluster.wait_for_nodes()
+            if watch is not None:
+                watch.note()
             print(f"added={node.node_id}", flush=True)
         elif command == "remove":
             workers = list(cluster.worker_nodes)
@@ -71,6 +73,35 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+class RayletWatch:
+    """The raylets this cluster started, noted while they live: a worker process that was still
+    starting when its raylet stopped is left behind by Ray, adopted by init (seen after a test
+    session: one `ray::EnvRunner`), and is found afterwards by the raylet it was started for."""
+
+    def __init__(self):
+        self.raylets: set[str] = set()
+
+    def note(self) -> None:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.name().startswith("raylet"):
+                    self.raylets.add(str(child.pid))
+            except psutil.Error:
+                pass
+
+    def kill_leftovers(self) -> None:
+        import psutil
+
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get("RAY_RAYLET_PID") in self.raylets:
+                    process.kill()
+            except psutil.Error:  # gone, or not ours to read
+                pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2)
@@ -78,18 +109,21 @@ def main() -> None:
     parser.add_argument("--object-store-mb", type=int, default=100)
     args = parser.parse_args()
     cluster = start_cluster(args.nodes, args.cpus_per_node, args.object_store_mb)
+    watch = RayletWatch()
+    watch.note()
     signal.signal(signal.SIGTERM, _interrupt)
     print(f"auth=token from {token_source()} (clients: RAY_AUTH_MODE=token, and this token unless "
           f"they read the same)", flush=True)
     print(f"address={cluster.address}", flush=True)
     try:
-        serve_commands(cluster, node_args(args.cpus_per_node, args.object_store_mb), sys.stdin)
+        serve_commands(cluster, node_args(args.cpus_per_node, args.object_store_mb), sys.stdin, watch)
         while True:  # input closed: keep the cluster up until interrupted
             signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
         cluster.shutdown()
+        watch.kill_leftovers()
 
 
 if __name__ == "__main__":
