@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult, valid_step_tensors, vtrace_inputs
+from rlpar.learning.compiled import compile_setting, maybe_compile
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 from rlpar.learning.vtrace import compute_vtrace
@@ -55,7 +56,9 @@ class APPO(Algorithm):
         reward_scale: float = 1.0,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        compile: str | bool = "auto",
     ):
+        """`compile`: the minibatch loss with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -68,6 +71,8 @@ class APPO(Algorithm):
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size)
+        self.loss_terms = maybe_compile(self.minibatch_loss, enabled=self.compiled)
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
         self.gradient_steps = 0
@@ -113,7 +118,13 @@ class APPO(Algorithm):
                 self.target_model.load_state_dict(self.model.state_dict())
         return stats
 
-    def gradient_step(self, obs, actions, behaviour_logp, target_logp, advantages, returns) -> torch.Tensor:
+    def gradient_step(self, **minibatch) -> torch.Tensor:
+        loss, parts = self.loss_terms(**minibatch)
+        self.step(loss)
+        return parts.detach()
+
+    def minibatch_loss(self, obs, actions, behaviour_logp, target_logp, advantages, returns):
+        """The loss of one minibatch and its parts (what algo.compile compiles)."""
         logp, entropy, values = self.model.evaluate_actions(obs, actions)
         if self.normalize_advantages:
             advantages = normalize(advantages)
@@ -122,8 +133,7 @@ class APPO(Algorithm):
         entropy = entropy.mean()
         kl = approx_kl(logp, target_logp) if self.kl_coef == 0 else _kl_with_grad(logp, target_logp)
         loss = p_loss + self.value_coef * v_loss - self.entropy_coef * entropy + self.kl_coef * kl
-        self.step(loss)
-        return torch.stack((p_loss, v_loss, entropy, kl, clip_fraction(logp, behaviour_logp, self.clip))).detach()
+        return loss, torch.stack((p_loss, v_loss, entropy, kl, clip_fraction(logp, behaviour_logp, self.clip)))
 
     def state_dict(self) -> dict:
         """Model, optimiser and counters, the target network and the buffer (a resumed local run

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult
+from rlpar.learning.compiled import compile_setting, maybe_compile
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.q_targets import q_targets, weighted_huber
 from rlpar.learning.step import linear_schedule
@@ -58,7 +59,9 @@ class DQN(Algorithm):
         replay: ReplaySettings | None = None,
         reward_scale: float = 1.0,
         max_consecutive_nonfinite: int = 20,
+        compile: str | bool = "auto",
     ):
+        """`compile`: the minibatch loss with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -80,6 +83,8 @@ class DQN(Algorithm):
         self.updates = 0  # iterations that learned
         self.inserted = self.sampled = 0
         self.learned: list = []  # (loss, |TD error|, Q) of each gradient step since learning_stats
+        self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps))
+        self.loss_terms = maybe_compile(self.minibatch_loss, enabled=self.compiled)
 
     def build_replay(self) -> None:
         """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
@@ -194,15 +199,19 @@ class DQN(Algorithm):
     def report_priorities(self, slots, td_errors) -> None:
         self.replay.update_priorities(slots, td_errors)  # uniform sampling: a no-op
 
-    def gradient_step(self, obs, actions, rewards, next_obs, discounts, weights):
+    def gradient_step(self, **minibatch):
+        loss, td_errors, q_taken = self.loss_terms(**minibatch)
+        self.step(loss)
+        return loss.detach(), td_errors.detach(), q_taken.detach()
+
+    def minibatch_loss(self, obs, actions, rewards, next_obs, discounts, weights):
+        """The loss of one minibatch, its TD errors and Q-values (what algo.compile compiles)."""
         with torch.no_grad():
             next_online = self.model(next_obs) if self.double_q else None
             targets = q_targets(rewards, discounts, self.target_model(next_obs), next_online)
         q_taken = self.model(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
         td_errors = targets - q_taken
-        loss = weighted_huber(td_errors, weights)
-        self.step(loss)
-        return loss.detach(), td_errors.detach(), q_taken.detach()
+        return weighted_huber(td_errors, weights), td_errors, q_taken
 
     def refresh_target(self) -> None:
         if self.tau < 1.0:

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult, advantage_inputs, valid_step_tensors
+from rlpar.learning.compiled import compile_setting, maybe_compile
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
@@ -41,7 +42,9 @@ class PPO(Algorithm):
         reward_scale: float = 1.0,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        compile: str | bool = "auto",
     ):
+        """`compile`: the minibatch loss with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -54,6 +57,8 @@ class PPO(Algorithm):
         self.normalize_advantages = normalize_advantages
         self.target_kl = target_kl
         self.rng = np.random.default_rng([seed, 2])
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size)
+        self.loss_terms = maybe_compile(self.minibatch_loss, enabled=self.compiled)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()
@@ -109,7 +114,13 @@ class PPO(Algorithm):
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
 
-    def gradient_step(self, obs, actions, old_logp, old_values, advantages, returns):
+    def gradient_step(self, **minibatch):
+        loss, p_loss, v_loss, logp = self.loss_terms(**minibatch)
+        self.step(loss)
+        return p_loss.detach(), v_loss.detach(), logp.detach()
+
+    def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns):
+        """The loss of one minibatch and its parts (what algo.compile compiles)."""
         with_entropy = self.entropy_coef != 0
         logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
         if self.normalize_advantages:
@@ -119,8 +130,7 @@ class PPO(Algorithm):
         loss = p_loss + self.value_coef * v_loss
         if with_entropy:
             loss = loss - self.entropy_coef * entropy.mean()
-        self.step(loss)
-        return p_loss.detach(), v_loss.detach(), logp.detach()
+        return loss, p_loss, v_loss, logp
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "rng": self.rng.bit_generator.state}

@@ -201,7 +201,7 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
                           f"got {c.get('model._target_')}")
     number("optimizer_eps", low=0, low_open=True)
     for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
-                          ("normalize_rewards", ("auto", True, False))):
+                          ("normalize_rewards", ("auto", True, False)), ("compile", ("auto", True, False))):
         if takes is not None and name in takes:
             c.choice(f"algo.{name}", options)
     rollout = c.number("algo.rollout_length", integer=True, low=1)
