@@ -21,31 +21,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PROBE = """
+def trainer_probe(body: str) -> str:
+    """A script run as `python -c SCRIPT COUNT OVERRIDES...`: it builds the run of OVERRIDES in a
+    temporary directory, runs `body` (indented 8, with `algorithm` and `count` defined, printing
+    one JSON line), and closes the run."""
+    return f"""
 import json, sys, tempfile, time
 from rlpar.config.compose import compose_config
 from rlpar.runtime.build import build_trainer
-rounds = int(sys.argv[1])
+count = int(sys.argv[1])
 with tempfile.TemporaryDirectory() as run_dir:
     trainer = build_trainer(compose_config(sys.argv[2:], run_dir=run_dir), progress=False)
     try:
         algorithm = trainer.algorithm
+{body}
+    finally:
+        trainer.close()
+"""
+
+
+PROBE = trainer_probe("""
         sampler, weights = algorithm.sampler, algorithm.get_weights()
         for _ in range(3):
             sampler.sample(weights, 0)
             sampler.metrics()
         steps, batch_rows, batches = 0, 0.0, 0
         began = time.perf_counter()
-        for _ in range(rounds):
+        for _ in range(count):
             steps += sampler.sample(weights, 0).num_steps
             metrics = sampler.metrics()
             batches += metrics.get("inference_batches", 0)
             batch_rows += metrics.get("inference_batches", 0) * metrics.get("inference_batch_mean", 0.0)
         elapsed = time.perf_counter() - began
-    finally:
-        trainer.close()
-print(json.dumps({"steps_per_s": steps / elapsed, "batch_mean": batch_rows / batches if batches else None}))
-"""
+        print(json.dumps({"steps_per_s": steps / elapsed, "batch_mean": batch_rows / batches if batches else None}))
+""")
 
 OBSERVATIONS = {
     "cartpole": ("env=cartpole",),

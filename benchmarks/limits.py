@@ -23,6 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from central_inference import PROBE as SAMPLER  # sampling alone with fixed weights (steps_per_s)
+from central_inference import trainer_probe
+
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
 
@@ -42,46 +45,17 @@ while time.perf_counter() - start < seconds:
 print(json.dumps({"single": single, "vector8": steps / (time.perf_counter() - start)}))
 """
 
-SAMPLER = """
-import json, sys, tempfile, time
-from rlpar.config.compose import compose_config
-from rlpar.runtime.build import build_trainer
-rounds = int(sys.argv[1])
-with tempfile.TemporaryDirectory() as run_dir:
-    trainer = build_trainer(compose_config(sys.argv[2:], run_dir=run_dir), progress=False)
-    try:
-        sampler, weights = trainer.algorithm.sampler, trainer.algorithm.get_weights()
-        for _ in range(3):
-            sampler.sample(weights, 0)
-        steps, start = 0, time.perf_counter()
-        for _ in range(rounds):
-            steps += sampler.sample(weights, 0).num_steps
-        print(json.dumps({"steps_per_s": steps / (time.perf_counter() - start)}))
-    finally:
-        trainer.close()
-"""
-
-LEARNER = """
-import json, sys, tempfile, time
-from rlpar.config.compose import compose_config
-from rlpar.runtime.build import build_trainer
-updates = int(sys.argv[1])
-with tempfile.TemporaryDirectory() as run_dir:
-    trainer = build_trainer(compose_config(sys.argv[2:], run_dir=run_dir), progress=False)
-    try:
-        algorithm = trainer.algorithm
+LEARNER = trainer_probe("""
         batch = algorithm.sampler.sample(algorithm.get_weights(), 0).copy()
         algorithm.update(batch)  # warm-up (and the compile, if any)
         rates = []
-        for _ in range(updates):  # the median update: a compiled learner pauses once (~0.2 s) early on
+        for _ in range(count):  # the median update: a compiled learner pauses once (~0.2 s) early on
             start = time.perf_counter()
             stats = algorithm.update(batch)
             samples = stats["gradient_steps"] * min(algorithm.minibatch_size, int(batch.valid.sum()))
             rates.append(samples / (time.perf_counter() - start))
         print(json.dumps({"samples_per_s": sorted(rates)[len(rates) // 2]}))
-    finally:
-        trainer.close()
-"""
+""")
 
 PHASES = ("time_sample_s", "time_transfer_s", "time_weight_sync_s", "time_learn_s")
 
