@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult
 from rlpar.learning.actor_critic import ActorCriticLoss
+from rlpar.learning.compiled import compile_setting, maybe_compile
 from rlpar.learning.optim import build_optimizer
 
 
@@ -37,7 +38,10 @@ class A2C(Algorithm):
         reward_scale: float = 1.0,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        compile: str | bool = "auto",
     ):
+        """`compile`: the rollout's loss with torch.compile, for every batch size (the valid
+        steps of a rollout vary) (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.objective = ActorCriticLoss(gamma=gamma, advantage=advantage, n_steps=n_steps, gae_lambda=gae_lambda,
@@ -48,6 +52,9 @@ class A2C(Algorithm):
         self.set_optimizer(build_optimizer(self.parameters, **self.optimizer_settings), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps)
+        self.loss_terms = maybe_compile(self.rollout_loss, enabled=self.compiled, dynamic=True)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()
@@ -57,9 +64,13 @@ class A2C(Algorithm):
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
-        loss, parts = self.objective(self.model, **self.objective.inputs(batch, advantages, returns, self.device))
+        loss, parts = self.loss_terms(**self.objective.inputs(batch, advantages, returns, self.device))
         self.step(loss)
         return {**self.loss_stats(parts), "gradient_steps": 1, "lr": lr, **self.finish_update(batch, returns)}
+
+    def rollout_loss(self, obs, actions, advantages, returns):
+        """The loss of one rollout's valid steps and its parts (what algo.compile compiles)."""
+        return self.objective(self.model, obs=obs, actions=actions, advantages=advantages, returns=returns)
 
     def loss_stats(self, parts) -> dict:
         """The loss's parts ([policy, value, entropy]) and the policy's spread, as logged."""

@@ -201,9 +201,11 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
                           f"got {c.get('model._target_')}")
     number("optimizer_eps", low=0, low_open=True)
     for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
-                          ("normalize_rewards", ("auto", True, False)), ("compile", ("auto", True, False))):
+                          ("normalize_rewards", ("auto", True, False))):
         if takes is not None and name in takes:
             c.choice(f"algo.{name}", options)
+    if c.get("algo.compile") is not None:  # the minibatch learners and A2C
+        c.choice("algo.compile", ("auto", True, False))
     rollout = c.number("algo.rollout_length", integer=True, low=1)
     minibatch = number("minibatch_size", integer=True, low=1)
     if None not in (rollout, minibatch, workers, envs_per_worker) and min(rollout, workers, envs_per_worker) >= 1:
