@@ -91,8 +91,8 @@ def test_pbt_exploit_restores_the_donor_and_applies_the_trials_own_mutated_lr_at
 
 
 def test_pbt_never_exploits_a_donor_without_a_checkpoint(tmp_path):
-    """Trials that hand Tune no checkpoint before the end (ray-project/ray#27170): no exploit,
-    and no trial fails for it."""
+    """Trials that hand Tune no checkpoint (ray-project/ray#27170), not even at their end (a donor
+    that finished first is no donor): no exploit, and no trial fails for it."""
     run_dir = tmp_path / "pbt_none"
     proc = pbt(run_dir, "search.checkpoint_every=1000")
     assert proc.returncode == 0, proc.stderr[-3000:]

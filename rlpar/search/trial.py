@@ -1,5 +1,6 @@
 """One search trial: an ordinary rlpar run in `<search dir>/trials/<trial id>`, reporting every
-iteration to Ray Tune and handing it a checkpoint every `checkpoint_every` iterations.
+iteration to Ray Tune and handing it a checkpoint every `checkpoint_every` iterations (never
+at the end: a finished trial is nobody's donor).
 
 Restored from a checkpoint, a trial tells two cases apart by who wrote it:
 - its own (an interrupted search resumed): the run continues exactly, its metrics.jsonl cut back
@@ -72,11 +73,17 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
             metrics = trainer.train()
             report = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             report.setdefault(metric, float("nan"))  # no episode finished yet
-            if trainer.iteration % checkpoint_every and not trainer.done:
+            if trainer.done:
+                # The run directory keeps a final checkpoint; Tune gets none, so no trial is ever
+                # cloned from a finished one (PBT can pick a donor just as it finishes: the
+                # exploited trial then ended at once, at the donor's count, with nothing logged).
+                if trainer.iteration % checkpoint_every:
+                    trainer.save()
                 tune.report(report)
                 continue
-            if trainer.iteration % checkpoint_every:  # the last iteration, not due for its own
-                trainer.save()
+            if trainer.iteration % checkpoint_every:
+                tune.report(report)
+                continue
             with tempfile.TemporaryDirectory() as folder:  # Tune copies it into its storage
                 shutil.copy(list_checkpoints(trainer.checkpointer.directory)[-1], folder)
                 (Path(folder) / WRITER).write_text(json.dumps({"trial_id": trial_id}))
