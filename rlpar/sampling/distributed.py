@@ -103,11 +103,10 @@ class DistributedSampler(WorkerPoolSampler):
     def _set_inference_weights(self, weights: dict, version: int) -> None:
         """Every round (a restarted server has none), waited for: in blocking mode the round's
         first step must act with exactly these weights."""
-        if self._weights_version != version:
-            self._weights_ref, self._weights_version = self.ray.put(weights), version
+        weights_ref = self._stored_weights(weights, version)
         for attempt in range(50):
             try:
-                self.ray.get(self.inference.set_weights.remote(self._weights_ref, len(self.live) or self.num_workers))
+                self.ray.get(self.inference.set_weights.remote(weights_ref, len(self.live) or self.num_workers))
                 return
             except self.ray.exceptions.RayActorError:  # restarting
                 time.sleep(0.1)
@@ -128,11 +127,15 @@ class DistributedSampler(WorkerPoolSampler):
 
     def _send(self, worker: int, weights: dict | None, version: int) -> None:
         if weights:  # (None: the runner has them; empty: central inference, the version only)
-            if self._weights_version != version:
-                self._weights_ref, self._weights_version = self.ray.put(weights), version
-            weights = self._weights_ref
+            weights = self._stored_weights(weights, version)
         ref = self.runners[worker].sample.remote(weights, version)
         self.pending[ref] = worker
+
+    def _stored_weights(self, weights: dict, version: int):
+        """The weights in the object store, put there once per version for every reader."""
+        if self._weights_version != version:
+            self._weights_ref, self._weights_version = self.ray.put(weights), version
+        return self._weights_ref
 
     def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:
         ready = self._finished(self.pending, workers, timeout)
