@@ -114,16 +114,33 @@ def _load_rlpar_while_ray_starts(cfg: DictConfig) -> None:
     loader.join()
 
 
+def _leave_a_background_compile(code) -> None:
+    """A run that ends while its learner still compiles in the background (a short or interrupted
+    one) leaves at once, everything else being closed: waiting could take half a minute, and the
+    interpreter's normal shutdown would abort under the compile."""
+    compiled = sys.modules.get("rlpar.learning.compiled")  # never imported: nothing compiles
+    if compiled is not None and compiled.compiling_in_background():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else int(code is not None))
+
+
 if __name__ == "__main__":
     if problems := override_problems(sys.argv[1:]):  # Hydra would answer with a traceback
         _refuse(problems)
+    exit_code = 0
     try:
-        main()
-        if interrupts.interrupted():  # a signal during the final clean-up, which it did not cut short
+        try:
+            main()
+            if interrupts.interrupted():  # a signal during the final clean-up, which it did not cut short
+                _exit_interrupted()
+        except KeyboardInterrupt:  # one raised outside main()'s own handling: in Hydra, or main()'s last lines
+            interrupts.stop_under_way()
+            _stop_private_ray()
             _exit_interrupted()
-    except KeyboardInterrupt:  # one raised outside main()'s own handling: in Hydra, or main()'s last lines
-        interrupts.stop_under_way()
-        _stop_private_ray()
-        _exit_interrupted()
+    except SystemExit as exit_:
+        exit_code = exit_.code
+        raise
     finally:
         interrupts.ignore_signals()
+        _leave_a_background_compile(exit_code)

@@ -59,7 +59,8 @@ def rlpar() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(compose_config(["parallel=distributed", "workers=2", "progress=false"], run_dir=tmp))
+        overrides = ["parallel=distributed", "workers=2", "progress=false", *sys.argv[2:]]
+        trainer = build_trainer(compose_config(overrides, run_dir=tmp))
         trainer.train()
         first = time.perf_counter() - T0
         start, base = time.perf_counter(), trainer.env_steps
@@ -67,7 +68,7 @@ def rlpar() -> None:
             trainer.train()
         fps = (trainer.env_steps - base) / (time.perf_counter() - start)
         trainer.close()
-    print(f"rlpar parallel=distributed workers=2: first iteration done {first:.1f} s after start, {fps:,.0f} env steps/s after it")
+    print(f"rlpar {' '.join(overrides[:2] + overrides[3:])}: first iteration done {first:.1f} s after start, {fps:,.0f} env steps/s after it")
 
 
 if __name__ == "__main__":

@@ -108,3 +108,41 @@ def test_value_clip_range_is_centred_on_the_old_value():
     loss = value_loss(torch.tensor([6.2]), torch.tensor([6.0]), torch.tensor([5.0]), 0.5)
     assert loss.item() == pytest.approx(0.5 * 0.5**2, rel=1e-5)
     assert value_loss(torch.tensor([6.2]), torch.tensor([6.0]), torch.tensor([5.0]), None).item() == pytest.approx(0.5 * 0.2**2, rel=1e-5)
+
+
+class RecordingPPO(PPO):
+    """PPO that keeps what its update optimises on (the inputs after GAE and any decoupling)."""
+
+    def optimise(self, data: dict) -> dict:
+        self.optimised = {k: v.clone() for k, v in data.items()}
+        return super().optimise(data)
+
+
+def test_an_on_policy_batch_keeps_its_behaviour_log_probabilities(rollout):
+    spec, batch = rollout
+    ppo = RecordingPPO(sampler=None, policy_spec=spec, seed=0, total_steps=100_000, minibatch_size=WHOLE_BATCH)
+    ppo.update(batch.copy())
+    valid = batch.valid.reshape(-1)
+    np.testing.assert_array_equal(ppo.optimised["old_logp"].numpy(), batch.logp.reshape(-1)[valid])
+    assert torch.equal(ppo.optimised["behaviour_weights"], torch.ones(int(valid.sum())))
+
+
+def test_a_lagged_batch_is_clipped_around_the_current_policy_and_reweighted(rollout):
+    """non_blocking: a batch acted one update ago is learnt from as decoupled PPO does (Hilton et
+    al. 2021): the ratio is clipped around the current policy, and each sample's advantage is
+    weighted by pi_current / pi_behaviour."""
+    spec, batch = rollout
+    ppo = RecordingPPO(sampler=None, policy_spec=spec, seed=0, total_steps=100_000, minibatch_size=WHOLE_BATCH)
+    ppo.update(batch.copy())  # the weights move on; the same batch is now one version old
+    assert batch.policy_version == 0 and ppo.version == 1
+    valid = batch.valid.reshape(-1)
+    obs = torch.as_tensor(batch.obs.reshape(-1, batch.obs.shape[-1])[valid])
+    actions = torch.as_tensor(batch.actions.reshape(-1)[valid])
+    with torch.no_grad():
+        current = ppo.model.evaluate_actions(obs, actions, with_entropy=False)[0]
+    behaviour = torch.as_tensor(batch.logp.reshape(-1)[valid])
+    ppo.update(batch.copy())
+    np.testing.assert_allclose(ppo.optimised["old_logp"].numpy(), current.numpy(), rtol=1e-6)
+    weights = ppo.optimised["behaviour_weights"].numpy()
+    np.testing.assert_allclose(weights, (current - behaviour).exp().numpy(), rtol=1e-5)
+    assert np.abs(weights - 1.0).max() > 1e-3  # the policy did move: the weights are not all 1

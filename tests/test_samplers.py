@@ -69,6 +69,7 @@ def test_non_blocking_multiprocess_bounds_policy_lag(make_cfg, tmp_path):
     assert all(r["policy_lag_max"] <= 1 for r in rows)
     assert max(r["policy_lag_max"] for r in rows) == 1  # sampling really overlapped learning
     assert all(r["policy_lag_min"] >= 0 for r in rows)
+    assert all(r["batches_this_iter"] >= 2 for r in rows)  # PPO learns from a full batch: one rollout per worker
     assert rows[-1]["env_steps"] == sum(r["batches_this_iter"] for r in rows) * 4 * 32
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.compiled import compile_setting, maybe_compile
+from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import build_optimizer
 
 
@@ -40,8 +40,9 @@ class A2C(Algorithm):
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
     ):
-        """`compile`: the rollout's loss with torch.compile, for every batch size (the valid
-        steps of a rollout vary) (rlpar.learning.compiled)."""
+        """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
+        alone with RMSprop), for every batch size (a rollout's valid steps vary)
+        (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.objective = ActorCriticLoss(gamma=gamma, advantage=advantage, n_steps=n_steps, gae_lambda=gae_lambda,
@@ -54,7 +55,8 @@ class A2C(Algorithm):
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps)
-        self.loss_terms = maybe_compile(self.rollout_loss, enabled=self.compiled, dynamic=True)
+        self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
+                                           dynamic=True)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()
@@ -64,8 +66,8 @@ class A2C(Algorithm):
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
-        loss, parts = self.loss_terms(**self.objective.inputs(batch, advantages, returns, self.device))
-        self.step(loss)
+        _, parts = self.gradient_step(**self.objective.inputs(batch, advantages, returns, self.device))
+        self.gradient_step.settle()
         return {**self.loss_stats(parts), "gradient_steps": 1, "lr": lr, **self.finish_update(batch, returns)}
 
     def rollout_loss(self, obs, actions, advantages, returns):

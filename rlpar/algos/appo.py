@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult, valid_step_tensors, vtrace_inputs
-from rlpar.learning.compiled import compile_setting, maybe_compile
+from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 from rlpar.learning.vtrace import compute_vtrace
@@ -58,7 +58,7 @@ class APPO(Algorithm):
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
     ):
-        """`compile`: the minibatch loss with torch.compile (rlpar.learning.compiled)."""
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -72,7 +72,7 @@ class APPO(Algorithm):
         self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size)
-        self.loss_terms = maybe_compile(self.minibatch_loss, enabled=self.compiled)
+        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
         self.gradient_steps = 0
@@ -97,6 +97,7 @@ class APPO(Algorithm):
             entry[1] -= 1
             if entry[1] == 0:
                 self.buffer.remove(entry)
+        self.gradient_step.settle()
         losses = torch.stack(stats).mean(0).tolist()
         return {
             "loss_policy": losses[0], "loss_value": losses[1], "loss_entropy": losses[2], "approx_kl": losses[3],
@@ -112,16 +113,11 @@ class APPO(Algorithm):
         stats = []
         for start in range(0, size - mb + 1, mb):
             part = {k: v[order[start : start + mb]] for k, v in data.items()}
-            stats.append(self.gradient_step(**part))
+            stats.append(self.gradient_step(**part)[1])
             self.gradient_steps += 1
             if self.gradient_steps % self.target_update_every == 0:
                 self.target_model.load_state_dict(self.model.state_dict())
         return stats
-
-    def gradient_step(self, **minibatch) -> torch.Tensor:
-        loss, parts = self.loss_terms(**minibatch)
-        self.step(loss)
-        return parts.detach()
 
     def minibatch_loss(self, obs, actions, behaviour_logp, target_logp, advantages, returns):
         """The loss of one minibatch and its parts (what algo.compile compiles)."""

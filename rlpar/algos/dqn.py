@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult
-from rlpar.learning.compiled import compile_setting, maybe_compile
+from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.q_targets import q_targets, weighted_huber
 from rlpar.learning.step import linear_schedule
@@ -61,7 +61,7 @@ class DQN(Algorithm):
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
     ):
-        """`compile`: the minibatch loss with torch.compile (rlpar.learning.compiled)."""
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -84,7 +84,7 @@ class DQN(Algorithm):
         self.inserted = self.sampled = 0
         self.learned: list = []  # (loss, |TD error|, Q) of each gradient step since learning_stats
         self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps))
-        self.loss_terms = maybe_compile(self.minibatch_loss, enabled=self.compiled)
+        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
 
     def build_replay(self) -> None:
         """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
@@ -176,6 +176,7 @@ class DQN(Algorithm):
             self.gradient_steps += 1
             self.sampled += self.batch_size
             self.refresh_target()
+        self.gradient_step.settle()
         if done:
             self.updates += 1
             if self.updates % self.weight_sync_interval == 0:
@@ -198,11 +199,6 @@ class DQN(Algorithm):
 
     def report_priorities(self, slots, td_errors) -> None:
         self.replay.update_priorities(slots, td_errors)  # uniform sampling: a no-op
-
-    def gradient_step(self, **minibatch):
-        loss, td_errors, q_taken = self.loss_terms(**minibatch)
-        self.step(loss)
-        return loss.detach(), td_errors.detach(), q_taken.detach()
 
     def minibatch_loss(self, obs, actions, rewards, next_obs, discounts, weights):
         """The loss of one minibatch, its TD errors and Q-values (what algo.compile compiles)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult, valid_step_tensors, vtrace_inputs
+from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.vtrace import compute_vtrace
@@ -45,7 +46,10 @@ class IMPALA(Algorithm):
         reward_scale: float = 1.0,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        compile: str | bool = "auto",
     ):
+        """`compile`: the whole gradient step with torch.compile, for every batch size (the
+        valid steps of a batch vary) (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -55,6 +59,10 @@ class IMPALA(Algorithm):
                            clip_c_threshold=clip_c_threshold)
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.batches_per_update = batches_per_update
+        batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps)
+        self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
+                                           dynamic=True)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)
@@ -62,17 +70,24 @@ class IMPALA(Algorithm):
     def update(self, batch) -> dict:
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
-        inputs, logp, entropy, values = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
+        with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
+            inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
-        keep = torch.as_tensor(batch.valid.reshape(-1), device=self.device)
-        targets = valid_step_tensors({"pg_advantages": pg_advantages, "vs": vs}, batch.valid, self.device)
-        p_loss = policy_gradient_loss(logp[keep], targets["pg_advantages"])
-        v_loss = value_loss(values[keep], targets["vs"], None, None)
-        entropy = entropy[keep].mean()
-        self.step(p_loss + self.value_coef * v_loss - self.entropy_coef * entropy)
-        loss_policy, loss_value, loss_entropy = torch.stack((p_loss, v_loss, entropy)).detach().tolist()
+        data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages,
+                                   "vs": vs}, batch.valid, self.device)
+        _, parts = self.gradient_step(**data)
+        self.gradient_step.settle()
+        loss_policy, loss_value, loss_entropy = parts.tolist()
         return {
             "loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy, "lr": lr,
             "gradient_steps": 1, "nonfinite_updates": self.step.nonfinite_updates,
             **self.finish_update(batch, vs),
         }
+
+    def batch_loss(self, obs, actions, pg_advantages, vs):
+        """The loss of a batch's valid steps and its parts (what algo.compile compiles)."""
+        logp, entropy, values = self.model.evaluate_actions(obs, actions)
+        p_loss = policy_gradient_loss(logp, pg_advantages)
+        v_loss = value_loss(values, vs, None, None)
+        entropy = entropy.mean()
+        return p_loss + self.value_coef * v_loss - self.entropy_coef * entropy, torch.stack((p_loss, v_loss, entropy))

@@ -10,10 +10,11 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearningRate, StepResult, advantage_inputs, valid_step_tensors
-from rlpar.learning.compiled import compile_setting, maybe_compile
+from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
+from rlpar.sampling.batch import batch_layout
 
 
 class PPO(Algorithm):
@@ -44,7 +45,7 @@ class PPO(Algorithm):
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
     ):
-        """`compile`: the minibatch loss with torch.compile (rlpar.learning.compiled)."""
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -58,10 +59,30 @@ class PPO(Algorithm):
         self.target_kl = target_kl
         self.rng = np.random.default_rng([seed, 2])
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size)
-        self.loss_terms = maybe_compile(self.minibatch_loss, enabled=self.compiled)
+        # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
+        # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
+        # one step per graph, compiled for any size.
+        batch_steps = sampler.rollout_length * sampler.num_envs if sampler is not None else 2 * minibatch_size
+        whole_batch = batch_steps <= minibatch_size
+        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
+                                           dynamic=whole_batch, unroll=1 if whole_batch else 4)
+        if self.compiled:
+            self.gradient_step.compile_in_background(self.example_minibatches())
+
+    def example_minibatches(self) -> dict:
+        """Zeros shaped like the minibatches a compiled step takes, to compile ahead of them
+        (each its own tensor: the compiled graph is specialised on which inputs alias)."""
+        layout = batch_layout(self.policy_spec, self.gradient_step.unroll, self.minibatch_size)
+        sources = {"obs": "obs", "actions": "actions", "old_logp": "logp", "old_values": "values", "advantages": "values",
+                   "returns": "values", "behaviour_weights": "values"}
+        return {name: torch.from_numpy(np.zeros(*layout[source])) for name, source in sources.items()}
 
     def training_step(self) -> StepResult:
-        return self.sample_and_update()
+        # non_blocking: the workers sample on while the learner updates, and an update still
+        # takes a full batch (a rollout from every worker's worth), so the batch size is the same
+        # in both modes; lagging rollouts are dropped (max_policy_lag)
+        full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"
+        return self.sample_and_update(min_rollouts=self.sampler.num_rollout_workers if full_batch else 1)
 
     def update(self, batch) -> dict:
         """Learn from one on-policy batch; returns the update's diagnostics."""
@@ -72,8 +93,23 @@ class PPO(Algorithm):
         data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp,
                                    "old_values": batch.values, "advantages": advantages, "returns": returns},
                                   batch.valid, self.device)
+        data["behaviour_weights"] = torch.ones_like(data["old_logp"])
+        if batch.policy_version < self.version:
+            self.decouple_from_behaviour(data)
         stats = self.optimise(data)
         return {**stats, "lr": lr, **self.finish_update(batch, returns)}
+
+    @torch.no_grad()
+    def decouple_from_behaviour(self, data: dict) -> None:
+        """A batch acted by older weights (non_blocking): decoupled PPO (Hilton et al. 2021,
+        "Batch size-invariance for policy optimization"). The clip is taken around the current
+        policy, not the one that acted, and each sample's advantage is weighted by
+        pi_current / pi_behaviour. Clipping around the behaviour policy instead, after an update
+        of hundreds of gradient steps, starts most ratios outside the clip range; the seed's
+        Pendulum table (10 epochs of minibatches of 64) collapsed to -900 that way."""
+        current_logp = self.model.evaluate_actions(data["obs"], data["actions"], with_entropy=False)[0]
+        data["behaviour_weights"] = (current_logp - data["old_logp"]).exp()
+        data["old_logp"] = current_logp
 
     def optimise(self, data: dict) -> dict:
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
@@ -81,22 +117,26 @@ class PPO(Algorithm):
         once per epoch or update from detached log-probabilities, not in every step."""
         size = len(data["obs"])
         mb = min(self.minibatch_size, size)
+        count = size // mb  # minibatches per epoch (the remainder is left out)
+        unroll = self.gradient_step.unroll
         losses, epoch_stats = [], []
         for _ in range(self.epochs):
             order = torch.from_numpy(self.rng.permutation(size))
             shuffled = {k: v[order] for k, v in data.items()}
             new_logps, old_logps = [], []
-            for start in range(0, size - mb + 1, mb):
-                part = {k: v[start : start + mb] for k, v in shuffled.items()}
-                p_loss, v_loss, logp = self.gradient_step(**part)
-                losses.append(torch.stack((p_loss, v_loss)))
-                new_logps.append(logp)
-                old_logps.append(part["old_logp"])
+            for first in range(0, count, unroll):  # `unroll` minibatches at a time (one compiled graph)
+                group = min(unroll, count - first)
+                part = {k: v[first * mb : (first + group) * mb].view(group, mb, *v.shape[1:]) for k, v in shuffled.items()}
+                _, p_loss, v_loss, logp = self.gradient_step.steps(**part)
+                losses.append(torch.stack((p_loss, v_loss), dim=1))
+                new_logps.append(logp.reshape(-1))
+                old_logps.append(part["old_logp"].reshape(-1))
             new_logp, old_logp = torch.cat(new_logps), torch.cat(old_logps)
             epoch_stats.append(torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip))))
             if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
                 break
-        loss_policy, loss_value = torch.stack(losses).mean(0).tolist()
+        self.gradient_step.settle()
+        loss_policy, loss_value = torch.cat(losses).mean(0).tolist()
         kl, clip_frac = torch.stack(epoch_stats).mean(0).tolist()
         with torch.no_grad():
             _, entropy, _ = self.model.evaluate_actions(data["obs"], data["actions"])
@@ -107,24 +147,22 @@ class PPO(Algorithm):
             "approx_kl": kl,
             "clip_fraction": clip_frac,
             "epochs": len(epoch_stats),
-            "gradient_steps": len(losses),
+            "gradient_steps": sum(len(group) for group in losses),
             "nonfinite_updates": self.step.nonfinite_updates,
         }
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
 
-    def gradient_step(self, **minibatch):
-        loss, p_loss, v_loss, logp = self.loss_terms(**minibatch)
-        self.step(loss)
-        return p_loss.detach(), v_loss.detach(), logp.detach()
-
-    def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns):
-        """The loss of one minibatch and its parts (what algo.compile compiles)."""
+    def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None):
+        """The loss of one minibatch and its parts (what algo.compile compiles).
+        `behaviour_weights`: pi_old / pi_behaviour for a lagged batch (update() passes ones otherwise)."""
         with_entropy = self.entropy_coef != 0
         logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
         if self.normalize_advantages:
             advantages = normalize(advantages)
+        if behaviour_weights is not None:
+            advantages = advantages * behaviour_weights
         p_loss = clipped_policy_loss(logp, old_logp, advantages, self.clip)
         v_loss = value_loss(values, returns, old_values, self.value_clip)
         loss = p_loss + self.value_coef * v_loss

@@ -81,7 +81,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     _check_search(c)
     target = str(c.get("parallel._target_") or "")
     if target.endswith("LocalSampler") and c.get("parallel.sync_mode") == "non_blocking":
-        c.problems.append("parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local sampling runs in the learner's thread)")
+        c.problems.append("parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local sampling runs in the learner's thread; for one environment process sampling beside the learner, parallel=multiprocess workers=1)")
     c.number("ray.cpus_per_worker", low=0, low_open=True)
     c.number("ray.object_store_mb", integer=True, low=80)
     c.number("ray.num_cpus", low=0, low_open=True, optional=True)

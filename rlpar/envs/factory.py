@@ -100,7 +100,7 @@ def _adapt_api(env, api: str):
 def has_native_vector_env(spec: EnvSpec) -> bool:
     if spec.entry_point or spec.api == "old_gym":
         return False
-    return gym.spec(spec.id).vector_entry_point is not None
+    return (spec.id in SEEDED_NATIVE and not spec.kwargs) or gym.spec(spec.id).vector_entry_point is not None
 
 
 def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:

@@ -47,14 +47,18 @@ class ActionMapper:
         if not info.discrete:
             low, high = np.asarray(info.low), np.asarray(info.high)
             self._bounded = np.isfinite(low) & np.isfinite(high)
+            self._all_bounded = bool(self._bounded.all())
             self._low = np.where(self._bounded, low, 0.0)
             self._half_range = np.where(self._bounded, (high - low) / 2.0, 1.0)
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         if self.info.discrete:
             return actions.astype(np.int64) + self.info.start
-        clipped = np.where(self._bounded, np.clip(actions, -1.0, 1.0), actions)
-        scaled = np.where(self._bounded, self._low + (clipped + 1.0) * self._half_range, actions)
+        # np.minimum/np.maximum: np.clip's dispatch costs twice as much on a few numbers (per step)
+        clipped = np.minimum(np.maximum(actions, -1.0), 1.0)
+        scaled = self._low + (clipped + 1.0) * self._half_range
+        if not self._all_bounded:
+            scaled = np.where(self._bounded, scaled, actions)
         return scaled.reshape((actions.shape[0],) + self.info.shape).astype(np.float32)
 
 

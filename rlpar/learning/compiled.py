@@ -1,24 +1,48 @@
-"""`algo.compile`: the loss of one gradient step (forward and loss; backward runs through the
-compiled graph) compiled with torch.compile.
+"""`algo.compile`: a whole gradient step (forward, loss, backward, gradient clipping and Adam)
+compiled with torch.compile into one graph; or, for optimisers other than Adam, the loss alone.
 
-Measured on the 2-core VM, one PPO minibatch step (64x64 actor-critic, 64 samples, Pendulum
-shapes, LeanAdam and clipping eager, 1 thread): 469 us eager, 285 us with the loss compiled
-(1.65x); compiling only the model's forward saved nothing (467 us). The first call compiles:
-13 s cold, 2-3.5 s from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
-(TORCHINDUCTOR_CACHE_DIR, if you set none), so it is paid once per machine and shape.
-`auto` compiles only runs long enough to win even cold: AUTO_MIN_GRADIENT_STEPS x 0.18 ms saved
-is 18 s, more than the 13 s cold compile. A2C's rollout loss (64 samples of varying count,
-dynamic shapes): 414 us eager, 327 us compiled, 5.1 s to compile. Compiling binds methods, not
-the module, so state dicts and checkpoints are the same compiled or eager.
+Why the whole step: for a 64x64 actor-critic the maths of a minibatch step is microseconds, and
+eager torch spends the rest dispatching ~150 small ops. Measured on the 2-core VM (one PPO
+minibatch step, 64 samples, Pendulum shapes, one thread; `benchmarks/limits.py --learner`):
+eager 502 us, loss compiled 318 us, whole step compiled ~200 us.
+
+Compile cost: the first call compiles, 5-13 s cold, ~2 s from Inductor's on-disk cache, which
+rlpar keeps in ~/.cache/rlpar/inductor (TORCHINDUCTOR_CACHE_DIR, if you set none), so it is paid
+once per machine and shape. `auto` compiles only runs long enough to win even cold.
+
+The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
+in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
+skips the step inside the graph; the skips are counted once per update (`settle`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 from pathlib import Path
+
+import torch
+
+from rlpar.learning.optim import LeanAdam
+from rlpar.learning.step import GuardedStep
 
 AUTO_MIN_GRADIENT_STEPS = 100_000
 CACHE_DIR = Path.home() / ".cache" / "rlpar" / "inductor"
+COMPILE_THREAD = "rlpar-compile"
+
+
+def compiling_in_background() -> bool:
+    """Whether a background compile is still running. The interpreter must not shut down under
+    one (torch aborts in C++ when its static state is torn down mid-compile): a script's exit
+    waits for it (atexit), and main.py, once everything is closed, leaves with os._exit."""
+    return any(thread.name == COMPILE_THREAD and thread.is_alive() for thread in threading.enumerate())
+
+
+def _wait_for_background_compiles() -> None:
+    for thread in threading.enumerate():
+        if thread.name == COMPILE_THREAD:
+            thread.join()
 
 
 def compile_setting(setting: str | bool, *, expected_gradient_steps: int) -> bool:
@@ -28,12 +52,174 @@ def compile_setting(setting: str | bool, *, expected_gradient_steps: int) -> boo
     return bool(setting)
 
 
-def maybe_compile(loss_fn, *, enabled: bool, dynamic: bool = False):
-    """`loss_fn` itself, or compiled: for fixed shapes (minibatches are all the same size), or
-    `dynamic` ones (a rollout's valid steps vary)."""
-    if not enabled:
-        return loss_fn
+def torch_compile(fn, *, dynamic: bool = False):
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR))
-    import torch
+    return torch.compile(fn, dynamic=dynamic)
 
-    return torch.compile(loss_fn, dynamic=dynamic)
+
+def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compiled: bool, dynamic: bool = False,
+                  unroll: int = 1):
+    """One gradient step on a minibatch, returning the detached outputs of
+    `loss_fn(**minibatch) -> (loss, *parts)`: eager; or compiled whole (LeanAdam); or, with
+    other optimisers, with the loss compiled. `dynamic`: minibatch sizes vary."""
+    if not compiled:
+        return EagerStep(loss_fn, guard=guard)
+    if isinstance(guard.optimizer, LeanAdam):
+        return CompiledStep(loss_fn, model=model, guard=guard, dynamic=dynamic, unroll=unroll)
+    return EagerStep(torch_compile(loss_fn, dynamic=dynamic), guard=guard)
+
+
+class EagerStep:
+    unroll = 1
+
+    def __init__(self, loss_fn, *, guard: GuardedStep):
+        self.loss_fn, self.guard = loss_fn, guard
+
+    def __call__(self, **minibatch) -> tuple:
+        loss, *parts = self.loss_fn(**minibatch)
+        self.guard(loss)
+        return (loss.detach(), *(part.detach() for part in parts))
+
+    def steps(self, **minibatches) -> tuple:
+        """Gradient steps on `minibatches` (a leading dimension of minibatches), one by one,
+        their outputs stacked."""
+        count = next(iter(minibatches.values())).shape[0]
+        if count == 1:  # the usual eager case: views, no copies
+            return tuple(out[None] for out in self(**{k: v[0] for k, v in minibatches.items()}))
+        results = [self(**{k: v[j] for k, v in minibatches.items()}) for j in range(count)]
+        return tuple(torch.stack(parts) for parts in zip(*results))
+
+    def settle(self) -> None:
+        """Nothing pending: the eager step counts non-finite gradients as it meets them."""
+
+
+class _LossCall(torch.nn.Module):
+    """Calls `loss_fn` with the model's parameters swapped for the ones torch.func passes."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+    def forward(self, minibatch: dict):
+        loss, *parts = self.loss_fn(**minibatch)
+        return loss, tuple(parts)
+
+
+class CompiledStep:
+    """Forward, loss, backward (torch.func), global-norm clipping and Adam (the same update as
+    torch's fused kernel that LeanAdam calls), as one compiled graph."""
+
+    def __init__(self, loss_fn, *, model: torch.nn.Module, guard: GuardedStep, dynamic: bool = False, unroll: int = 1):
+        self.guard, self.optimizer = guard, guard.optimizer
+        self.model = model
+        self.names = ["model." + name for name, _ in model.named_parameters()]
+        self.loss_call = _LossCall(model, loss_fn)
+        self.lr = torch.tensor(0.0)
+        self.finite_flags: list[torch.Tensor] = []
+        self.compiled = torch_compile(self._step, dynamic=dynamic)
+        self.unroll = unroll
+        self.compiled_many = torch_compile(self._steps, dynamic=dynamic)
+        self.eager = EagerStep(loss_fn, guard=guard)
+        self._compiling: threading.Thread | None = None
+        self._compile_error: BaseException | None = None
+
+    def compile_in_background(self, example: dict) -> None:
+        """Compile for minibatches like `example` (tensors with a leading dimension of `unroll`)
+        in a thread, on copies of the state; until it is done, steps run eagerly, so a run never
+        waits for its compile (2-30 s) and a short one finishes before it would have paid."""
+
+        def compile_now():
+            try:
+                params = [p.detach().clone() for p in self.model.parameters()]
+                opt = self.optimizer
+                state = [[t.clone() for t in group] for group in (opt.exp_avgs, opt.exp_avg_sqs, opt.steps)]
+                inputs = (params, *state, torch.tensor(0.0), self.guard.max_grad_norm)
+                self.compiled_many(*inputs, example)
+                self.compiled(*inputs, {k: v[0] for k, v in example.items()})  # for leftover minibatches
+            except BaseException as err:  # noqa: BLE001 - re-raised by the first step
+                self._compile_error = err
+
+        atexit.register(_wait_for_background_compiles)  # registered once, however often called
+        self._compiling = threading.Thread(target=compile_now, name=COMPILE_THREAD, daemon=True)
+        self._compiling.start()
+
+    def wait_compiled(self) -> None:
+        """Wait for the background compile (tests and benchmarks time the compiled step)."""
+        if self._compiling is not None:
+            self._compiling.join()
+        self._compiled_ready()
+
+    def _compiled_ready(self) -> bool:
+        """False while the background compile runs; raises what it raised, once done."""
+        if self._compiling is not None:
+            if self._compiling.is_alive():
+                return False
+            self._compiling = None
+            if self._compile_error is not None:
+                raise self._compile_error
+        return True
+
+    def _loss(self, params: list[torch.Tensor], minibatch: dict):
+        loss, parts = torch.func.functional_call(self.loss_call, dict(zip(self.names, params)), (minibatch,))
+        return loss, parts
+
+    def _step(self, params, exp_avgs, exp_avg_sqs, steps, lr, max_norm: float, minibatch: dict):
+        grads, (loss, parts) = torch.func.grad_and_value(self._loss, has_aux=True)(params, minibatch)
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        finite = torch.isfinite(norm)
+        scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        (beta1, beta2), eps = self.optimizer.betas, self.optimizer.eps
+        for param, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+            grad = grad * scale
+            new_step = step + 1
+            new_avg = exp_avg.lerp(grad, 1 - beta1)
+            new_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad
+            denom = new_avg_sq.sqrt() / (1 - beta2**new_step).sqrt() + eps
+            new_param = param - (lr / (1 - beta1**new_step)) * new_avg / denom
+            param.copy_(torch.where(finite, new_param, param))
+            exp_avg.copy_(torch.where(finite, new_avg, exp_avg))
+            exp_avg_sq.copy_(torch.where(finite, new_avg_sq, exp_avg_sq))
+            step.copy_(torch.where(finite, new_step, step))
+        return (loss, *parts), finite
+
+    def _steps(self, params, exp_avgs, exp_avg_sqs, steps, lr, max_norm: float, minibatches: dict):
+        """`_step` on each of `minibatches` (tensors with a leading dimension of `unroll`), in turn."""
+        count = next(iter(minibatches.values())).shape[0]
+        results = [self._step(params, exp_avgs, exp_avg_sqs, steps, lr, max_norm, {k: v[j] for k, v in minibatches.items()})
+                   for j in range(count)]
+        outputs = tuple(torch.stack(parts) for parts in zip(*(r[0] for r in results)))
+        return outputs, torch.stack([r[1] for r in results])
+
+    def _inputs(self) -> tuple:
+        self.lr.fill_(self.optimizer.param_groups[0]["lr"])
+        params = [p.detach() for p in self.model.parameters()]  # the parameters' own storage
+        opt = self.optimizer
+        return params, opt.exp_avgs, opt.exp_avg_sqs, opt.steps, self.lr, self.guard.max_grad_norm
+
+    def __call__(self, **minibatch) -> tuple:
+        if not self._compiled_ready():
+            return self.eager(**minibatch)
+        outputs, finite = self.compiled(*self._inputs(), minibatch)
+        self.finite_flags.append(finite)
+        return outputs
+
+    def steps(self, **minibatches) -> tuple:
+        """Gradient steps on `minibatches` (a leading dimension of minibatches), the outputs
+        stacked: `unroll` at a time in one graph, the rest one by one."""
+        count = next(iter(minibatches.values())).shape[0]
+        if not self._compiled_ready():
+            return self.eager.steps(**minibatches)
+        if count != self.unroll:
+            return EagerStep.steps(self, **minibatches)
+        outputs, finite = self.compiled_many(*self._inputs(), minibatches)
+        self.finite_flags.extend(finite.unbind(0))
+        return outputs
+
+    def settle(self) -> None:
+        """Count the non-finite steps since the last call (one device sync per update)."""
+        if self.finite_flags:
+            flags = torch.stack(self.finite_flags).tolist()
+            self.finite_flags.clear()
+            for finite in flags:
+                self.guard.count(finite)

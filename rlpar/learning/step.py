@@ -30,8 +30,14 @@ class GuardedStep:
     def apply_gradients(self) -> None:
         """Clip and apply the gradients the parameters hold (a parameter server sets them)."""
         grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
-        if math.isfinite(grad_norm.item()):
+        finite = math.isfinite(grad_norm.item())
+        if finite:
             self.optimizer.step()
+        self.count(finite)
+
+    def count(self, finite: bool) -> None:
+        """Record whether a step's gradient was finite (a compiled step skips them itself)."""
+        if finite:
             self.consecutive_nonfinite = 0
             return
         self.nonfinite_updates += 1  # a NaN/inf loss or gradient: skip it rather than poison the weights

@@ -62,7 +62,7 @@ class NumpyPolicy(NumpyActing):
     def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
         if not self.spec.normalize_obs:
             return raw_obs
-        return np.clip((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs, self.clip_obs)
+        return np.minimum(np.maximum((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs), self.clip_obs)
 
     def _tail(self, layers, x: np.ndarray) -> np.ndarray:
         """Layers after the first, whose activated output is `x`."""

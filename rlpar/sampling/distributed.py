@@ -18,10 +18,16 @@ from rlpar.sampling.inference import InferenceServer, RayInferenceClient
 from rlpar.sampling.pool import WorkerPoolSampler
 
 
+INLINE_WEIGHT_BYTES = 256 * 1024  # weights x workers: below this, requests carry the weights themselves
+
+
 class EnvRunner:
     """The actor body: a worker (sampling.base.Worker) plus where it runs (node and process)."""
 
     def __init__(self, worker_class, **worker_kwargs):
+        import os
+        if os.environ.get("RLPAR_NICE"):
+            os.nice(int(os.environ["RLPAR_NICE"]))
         self.worker = worker_class(**worker_kwargs)
 
     def location(self) -> tuple[str, int, str | None]:
@@ -132,7 +138,12 @@ class DistributedSampler(WorkerPoolSampler):
         self.pending[ref] = worker
 
     def _stored_weights(self, weights: dict, version: int):
-        """The weights in the object store, put there once per version for every reader."""
+        """The weights in the object store, put there once per version for every reader; small
+        ones are sent inline with each request instead (Ray copies arguments under 100 KB into
+        the call: for CartPole's 64x64 policy, a put costs ~1 ms, an inline copy ~0.05 ms a worker)."""
+        size = sum(getattr(value, "nbytes", INLINE_WEIGHT_BYTES) for value in weights.values())  # not arrays: put
+        if size * len(self.runners) < INLINE_WEIGHT_BYTES:
+            return weights
         if self._weights_version != version:
             self._weights_ref, self._weights_version = self.ray.put(weights), version
         return self._weights_ref
