@@ -85,7 +85,8 @@ class PPO(Algorithm):
         return self.sample_and_update(min_rollouts=self.sampler.num_rollout_workers if full_batch else 1)
 
     def update(self, batch) -> dict:
-        """Learn from one on-policy batch; returns the update's diagnostics."""
+        """Learn from one batch (on-policy, or one update old with non_blocking sampling);
+        returns the update's diagnostics."""
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
@@ -104,9 +105,8 @@ class PPO(Algorithm):
         """A batch acted by older weights (non_blocking): decoupled PPO (Hilton et al. 2021,
         "Batch size-invariance for policy optimization"). The clip is taken around the current
         policy, not the one that acted, and each sample's advantage is weighted by
-        pi_current / pi_behaviour. Clipping around the behaviour policy instead, after an update
-        of hundreds of gradient steps, starts most ratios outside the clip range; the seed's
-        Pendulum table (10 epochs of minibatches of 64) collapsed to -900 that way."""
+        pi_current / pi_behaviour: after an update of hundreds of gradient steps, ratios against
+        the behaviour policy would start far outside the clip range."""
         current_logp = self.model.evaluate_actions(data["obs"], data["actions"], with_entropy=False)[0]
         data["behaviour_weights"] = (current_logp - data["old_logp"]).exp()
         data["old_logp"] = current_logp
@@ -156,7 +156,7 @@ class PPO(Algorithm):
 
     def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None):
         """The loss of one minibatch and its parts (what algo.compile compiles).
-        `behaviour_weights`: pi_old / pi_behaviour for a lagged batch (update() passes ones otherwise)."""
+        `behaviour_weights`: pi_current / pi_behaviour for a lagged batch (update() passes ones otherwise)."""
         with_entropy = self.entropy_coef != 0
         logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
         if self.normalize_advantages:

@@ -2,13 +2,14 @@
 compiled with torch.compile into one graph; or, for optimisers other than Adam, the loss alone.
 
 Why the whole step: for a 64x64 actor-critic the maths of a minibatch step is microseconds, and
-eager torch spends the rest dispatching ~150 small ops. Measured on the 2-core VM (one PPO
-minibatch step, 64 samples, Pendulum shapes, one thread; `benchmarks/limits.py --learner`):
-eager 502 us, loss compiled 318 us, whole step compiled ~200 us.
+eager torch spends the rest dispatching ~150 small ops. Measured on the 2-core VM (PPO's update,
+minibatches of 64, Pendulum shapes, one thread; `benchmarks/learner_step.py`): eager ~600 us a
+step, the loss alone compiled ~320 us, the whole step ~274 us, 4 steps a graph ~200 us.
 
-Compile cost: the first call compiles, 5-13 s cold, ~2 s from Inductor's on-disk cache, which
-rlpar keeps in ~/.cache/rlpar/inductor (TORCHINDUCTOR_CACHE_DIR, if you set none), so it is paid
-once per machine and shape. `auto` compiles only runs long enough to win even cold.
+Compile cost: 2-7 s from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
+(TORCHINDUCTOR_CACHE_DIR, if you set none), 10-35 s cold, once per machine and shape. PPO
+compiles in a background thread and steps eagerly until the graph is ready; the others compile
+on their first step. `auto` compiles only runs long enough to win even cold.
 
 The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
@@ -39,6 +40,7 @@ def compiling_in_background() -> bool:
     return any(thread.name == COMPILE_THREAD and thread.is_alive() for thread in threading.enumerate())
 
 
+@atexit.register
 def _wait_for_background_compiles() -> None:
     for thread in threading.enumerate():
         if thread.name == COMPILE_THREAD:
@@ -140,7 +142,6 @@ class CompiledStep:
             except BaseException as err:  # noqa: BLE001 - re-raised by the first step
                 self._compile_error = err
 
-        atexit.register(_wait_for_background_compiles)  # registered once, however often called
         self._compiling = threading.Thread(target=compile_now, name=COMPILE_THREAD, daemon=True)
         self._compiling.start()
 
