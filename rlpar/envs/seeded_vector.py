@@ -96,12 +96,11 @@ class SeededPendulumVectorEnv(gym.vector.VectorEnv):
         self.steps += 1
         rewards = -costs
         resetting = self.prev_done
+        truncated = self.steps >= self.max_episode_steps
         if resetting.any():  # next-step autoreset: this step only resets
             for i in np.flatnonzero(resetting):
                 self._reset_env(i)
             rewards[resetting] = 0.0
-        truncated = self.steps >= self.max_episode_steps
-        if resetting.any():
             truncated &= ~resetting
         self.prev_done = truncated
         return self._obs(), rewards, np.zeros(self.num_envs, bool), truncated.copy(), {}

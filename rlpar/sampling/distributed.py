@@ -25,9 +25,6 @@ class EnvRunner:
     """The actor body: a worker (sampling.base.Worker) plus where it runs (node and process)."""
 
     def __init__(self, worker_class, **worker_kwargs):
-        import os
-        if os.environ.get("RLPAR_NICE"):
-            os.nice(int(os.environ["RLPAR_NICE"]))
         self.worker = worker_class(**worker_kwargs)
 
     def location(self) -> tuple[str, int, str | None]:
