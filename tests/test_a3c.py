@@ -2,6 +2,9 @@
 books, parallel=local equal to A2C iteration for iteration, and real asynchrony over worker
 processes. (The Ray parameter server, killed mid-run: tests/test_distributed.py.)"""
 
+import os
+import signal
+
 import numpy as np
 import pytest
 import torch
@@ -95,8 +98,13 @@ def test_worker_processes_update_the_shared_parameters_asynchronously(make_cfg, 
     try:
         initial = [p.detach().clone() for p in trainer.algorithm.model.parameters()]
         rows = metric_rows(trainer, 60)
+        writers = [process.pid for process in trainer.sampler.processes]
+        for pid in writers:  # Hogwild writes take no lock: pause the writers while reading
+            os.kill(pid, signal.SIGSTOP)
         learned = [p.detach().clone() for p in trainer.algorithm.model.parameters()]
         evaluated_weights = trainer.algorithm.policy_weights()
+        for pid in writers:
+            os.kill(pid, signal.SIGCONT)
         evaluation = trainer.evaluate(num_episodes=2)  # the shared weights, not what workers are sent
     finally:
         trainer.close()
