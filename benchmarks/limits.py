@@ -47,8 +47,7 @@ print(json.dumps({"single": single, "vector8": steps / (time.perf_counter() - st
 
 LEARNER = trainer_probe("""
         batch = algorithm.sampler.sample(algorithm.get_weights(), 0).copy()
-        if hasattr(algorithm.gradient_step, "wait_compiled"):
-            algorithm.gradient_step.wait_compiled()  # PPO compiles in the background, training eagerly meanwhile
+        algorithm.gradient_step.wait_compiled()  # PPO compiles in the background, training eagerly meanwhile
         algorithm.update(batch)  # warm-up (and the compile, if any)
         rates = []
         for _ in range(count):  # the median update: a compiled learner pauses once (~0.2 s) early on

@@ -34,8 +34,7 @@ def test_compiled_loss_learns_like_eager_and_checkpoints_cross_over(make_cfg, tm
         # (LeanAdam), or the loss compiled (RMSprop, A2C's default)
         assert type(eager.algorithm.gradient_step).__name__ == "EagerStep"
         assert type(compiled.algorithm.gradient_step).__name__ == COMPILED_STEP[algo]
-        if hasattr(compiled.algorithm.gradient_step, "wait_compiled"):  # else steps run eagerly until it is done
-            compiled.algorithm.gradient_step.wait_compiled()
+        compiled.algorithm.gradient_step.wait_compiled()  # PPO's steps run eagerly until its compile is done
         rows = {"eager": [eager.train() for _ in range(4)], "compiled": [compiled.train() for _ in range(4)]}
         for key in LOSSES[algo]:
             learned = [r[key] for r in rows["eager"] if key in r]

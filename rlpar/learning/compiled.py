@@ -33,18 +33,21 @@ CACHE_DIR = Path.home() / ".cache" / "rlpar" / "inductor"
 COMPILE_THREAD = "rlpar-compile"
 
 
+def _compile_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == COMPILE_THREAD]
+
+
 def compiling_in_background() -> bool:
     """Whether a background compile is still running. The interpreter must not shut down under
     one (torch aborts in C++ when its static state is torn down mid-compile): a script's exit
     waits for it (atexit), and main.py, once everything is closed, leaves with os._exit."""
-    return any(thread.name == COMPILE_THREAD and thread.is_alive() for thread in threading.enumerate())
+    return any(thread.is_alive() for thread in _compile_threads())
 
 
 @atexit.register
 def _wait_for_background_compiles() -> None:
-    for thread in threading.enumerate():
-        if thread.name == COMPILE_THREAD:
-            thread.join()
+    for thread in _compile_threads():
+        thread.join()
 
 
 def compile_setting(setting: str | bool, *, expected_gradient_steps: int) -> bool:
@@ -71,6 +74,24 @@ def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compil
     return EagerStep(torch_compile(loss_fn, dynamic=dynamic), guard=guard)
 
 
+def _count(minibatches: dict) -> int:
+    """Minibatches in `minibatches` (tensors with a leading dimension of minibatches)."""
+    return next(iter(minibatches.values())).shape[0]
+
+
+def _one(minibatches: dict, index: int) -> dict:
+    return {k: v[index] for k, v in minibatches.items()}
+
+
+def _one_by_one(step, minibatches: dict) -> tuple:
+    """`step` on each of `minibatches` in turn, its outputs stacked."""
+    count = _count(minibatches)
+    if count == 1:  # the usual eager case: views, no copies
+        return tuple(out[None] for out in step(**_one(minibatches, 0)))
+    results = [step(**_one(minibatches, j)) for j in range(count)]
+    return tuple(torch.stack(parts) for parts in zip(*results))
+
+
 class EagerStep:
     unroll = 1
 
@@ -85,14 +106,13 @@ class EagerStep:
     def steps(self, **minibatches) -> tuple:
         """Gradient steps on `minibatches` (a leading dimension of minibatches), one by one,
         their outputs stacked."""
-        count = next(iter(minibatches.values())).shape[0]
-        if count == 1:  # the usual eager case: views, no copies
-            return tuple(out[None] for out in self(**{k: v[0] for k, v in minibatches.items()}))
-        results = [self(**{k: v[j] for k, v in minibatches.items()}) for j in range(count)]
-        return tuple(torch.stack(parts) for parts in zip(*results))
+        return _one_by_one(self, minibatches)
 
     def settle(self) -> None:
         """Nothing pending: the eager step counts non-finite gradients as it meets them."""
+
+    def wait_compiled(self) -> None:
+        """Nothing compiles in the background here."""
 
 
 class _LossCall(torch.nn.Module):
@@ -138,7 +158,7 @@ class CompiledStep:
                 state = [[t.clone() for t in group] for group in (opt.exp_avgs, opt.exp_avg_sqs, opt.steps)]
                 inputs = (params, *state, torch.tensor(0.0), self.guard.max_grad_norm)
                 self.compiled_many(*inputs, example)
-                self.compiled(*inputs, {k: v[0] for k, v in example.items()})  # for leftover minibatches
+                self.compiled(*inputs, _one(example, 0))  # for leftover minibatches
             except BaseException as err:  # noqa: BLE001 - re-raised by the first step
                 self._compile_error = err
 
@@ -186,9 +206,8 @@ class CompiledStep:
 
     def _steps(self, params, exp_avgs, exp_avg_sqs, steps, lr, max_norm: float, minibatches: dict):
         """`_step` on each of `minibatches` (tensors with a leading dimension of `unroll`), in turn."""
-        count = next(iter(minibatches.values())).shape[0]
-        results = [self._step(params, exp_avgs, exp_avg_sqs, steps, lr, max_norm, {k: v[j] for k, v in minibatches.items()})
-                   for j in range(count)]
+        results = [self._step(params, exp_avgs, exp_avg_sqs, steps, lr, max_norm, _one(minibatches, j))
+                   for j in range(_count(minibatches))]
         outputs = tuple(torch.stack(parts) for parts in zip(*(r[0] for r in results)))
         return outputs, torch.stack([r[1] for r in results])
 
@@ -208,11 +227,10 @@ class CompiledStep:
     def steps(self, **minibatches) -> tuple:
         """Gradient steps on `minibatches` (a leading dimension of minibatches), the outputs
         stacked: `unroll` at a time in one graph, the rest one by one."""
-        count = next(iter(minibatches.values())).shape[0]
         if not self._compiled_ready():
             return self.eager.steps(**minibatches)
-        if count != self.unroll:
-            return EagerStep.steps(self, **minibatches)
+        if _count(minibatches) != self.unroll:
+            return _one_by_one(self, minibatches)
         outputs, finite = self.compiled_many(*self._inputs(), minibatches)
         self.finite_flags.extend(finite.unbind(0))
         return outputs

@@ -73,15 +73,12 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
             metrics = trainer.train()
             report = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             report.setdefault(metric, float("nan"))  # no episode finished yet
-            if trainer.done:
-                # The run directory keeps a final checkpoint; Tune gets none, so no trial is ever
-                # cloned from a finished one (PBT can pick a donor just as it finishes: the
-                # exploited trial then ended at once, at the donor's count, with nothing logged).
-                if trainer.iteration % checkpoint_every:
-                    trainer.save()
-                tune.report(report)
-                continue
-            if trainer.iteration % checkpoint_every:
+            # At the end the run directory keeps a final checkpoint; Tune gets none, so no trial is
+            # ever cloned from a finished one (PBT can pick a donor just as it finishes: the
+            # exploited trial then ended at once, at the donor's count, with nothing logged).
+            if trainer.done and trainer.iteration % checkpoint_every:
+                trainer.save()
+            if trainer.done or trainer.iteration % checkpoint_every:
                 tune.report(report)
                 continue
             with tempfile.TemporaryDirectory() as folder:  # Tune copies it into its storage
