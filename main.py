@@ -26,6 +26,9 @@ from rlpar.runtime.errors import TRAINING_STOPS  # noqa: E402
 from rlpar.runtime.resume import config_for_resume  # noqa: E402
 
 
+LOADER_THREAD = "rlpar-import"
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     interrupts.stop_on_signals()  # SIGTERM: the same clean stop as Ctrl-C
@@ -108,18 +111,23 @@ def _load_rlpar_while_ray_starts(cfg: DictConfig) -> None:
         return
     from rlpar.cluster.connection import start_private_instance_early
 
-    loader = threading.Thread(target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True)
+    loader = threading.Thread(target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True,
+                              name=LOADER_THREAD)
     loader.start()
     start_private_instance_early(num_cpus=cfg.ray.num_cpus, object_store_mb=cfg.ray.object_store_mb)
     loader.join()
 
 
-def _leave_a_background_compile(code) -> None:
-    """A run that ends while its learner still compiles in the background (a short or interrupted
-    one) leaves at once, everything else being closed: waiting could take half a minute, and the
-    interpreter's normal shutdown would abort under the compile."""
-    compiled = sys.modules.get("rlpar.learning.compiled")  # never imported: nothing compiles
-    if compiled is not None and compiled.compiling_in_background():
+def _leave_past_background_torch(code) -> None:
+    """A run that ends while a thread still works in torch leaves at once, everything else being
+    closed: the interpreter's normal shutdown would tear torch down under it (an abort under a
+    compile, a traceback under an import). Such a thread is the learner compiling in the
+    background (a short or interrupted run; waiting could take half a minute), or the import of
+    rlpar's trainer while Ray boots (a run interrupted twice then)."""
+    compiled = sys.modules.get("rlpar.learning.compiled")  # not (yet) imported: nothing compiles
+    compiling = getattr(compiled, "compiling_in_background", lambda: False)()
+    importing = any(thread.name == LOADER_THREAD and thread.is_alive() for thread in threading.enumerate())
+    if compiling or importing:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else int(code is not None))
@@ -143,4 +151,4 @@ if __name__ == "__main__":
         raise
     finally:
         interrupts.ignore_signals()
-        _leave_a_background_compile(exit_code)
+        _leave_past_background_torch(exit_code)
