@@ -5,15 +5,26 @@ import pickle
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from rlpar.envs.factory import make_env, make_vector_env, resolve_env_spec, vector_mode
-from rlpar.envs.seeded_vector import SeededPendulumVectorEnv
+from rlpar.envs.seeded_vector import SeededCartPoleVectorEnv, SeededPendulumVectorEnv
 
 STEPS = 1_000  # five Pendulum episodes: truncations and next-step autoresets included
 
 
 def random_actions(num_envs: int, steps: int = STEPS) -> np.ndarray:
     return np.random.default_rng(0).uniform(-3.0, 3.0, (steps, num_envs, 1)).astype(np.float32)  # beyond +-2: clipped
+
+
+def random_pushes(num_envs: int, steps: int = STEPS) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 2, (steps, num_envs))
+
+
+VECTOR_ENVS = {  # id -> (rlpar's vector env, random actions)
+    "Pendulum-v1": (SeededPendulumVectorEnv, random_actions),
+    "CartPole-v1": (SeededCartPoleVectorEnv, random_pushes),
+}
 
 
 def test_pendulum_is_stepped_natively_by_default():
@@ -41,24 +52,46 @@ def test_vector_pendulum_steps_like_gymnasiums_pendulum():
     assert resets == 3 * (STEPS // 201)  # 200-step episodes, then one reset step each
 
 
-def test_vector_pendulum_does_not_depend_on_the_split():
-    whole = SeededPendulumVectorEnv(7)
+def test_vector_cartpole_steps_like_gymnasiums_cartpole():
+    """Random pushes end an episode every ~20 steps: every environment draws more than one block
+    of initial states, so the block refill is covered too."""
+    spec, seeds = resolve_env_spec(id="CartPole-v1"), [3, 4, 5]
+    assert isinstance(make_vector_env(spec, 3), SeededCartPoleVectorEnv)
+    native = SeededCartPoleVectorEnv(3)
+    one_by_one = gym.vector.SyncVectorEnv([lambda: make_env(spec) for _ in seeds])
+    np.testing.assert_array_equal(native.reset(seed=seeds)[0], one_by_one.reset(seed=seeds)[0])
+    episodes = np.zeros(3, int)
+    for actions in random_pushes(3):
+        ours, theirs = native.step(actions), one_by_one.step(actions)
+        np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=1e-6)  # vectorised cos/sin: last-bit rounding
+        for field in (1, 2, 3):  # rewards, terminated, truncated: exactly
+            np.testing.assert_array_equal(ours[field], theirs[field])
+        episodes += ours[2] | ours[3]
+    assert episodes.min() > SeededCartPoleVectorEnv.RESET_BLOCK
+
+
+@pytest.mark.parametrize("env_id", VECTOR_ENVS)
+def test_vector_envs_do_not_depend_on_the_split(env_id):
+    env_cls, draw_actions = VECTOR_ENVS[env_id]
+    whole = env_cls(7)
     whole.reset(seed=list(range(7)))
-    parts = [(SeededPendulumVectorEnv(n), first) for n, first in ((1, 0), (2, 1), (4, 3))]
+    parts = [(env_cls(n), first) for n, first in ((1, 0), (2, 1), (4, 3))]
     for env, first in parts:
         env.reset(seed=list(range(first, first + env.num_envs)))
-    for actions in random_actions(7):
+    for actions in draw_actions(7):
         ours = whole.step(actions)
         split = [env.step(actions[first : first + env.num_envs]) for env, first in parts]
         for field in range(4):
             np.testing.assert_array_equal(ours[field], np.concatenate([s[field] for s in split]))
 
 
-def test_vector_pendulum_pickles_mid_episode():
+@pytest.mark.parametrize("env_id", VECTOR_ENVS)
+def test_vector_envs_pickle_mid_episode(env_id):
     """Local runs checkpoint their environments by pickling them (exact resume)."""
-    env = SeededPendulumVectorEnv(2)
+    env_cls, draw_actions = VECTOR_ENVS[env_id]
+    env = env_cls(2)
     env.reset(seed=[0, 1])
-    actions = random_actions(2, 300)
+    actions = draw_actions(2, 300)
     for a in actions[:150]:
         env.step(a)
     copy = pickle.loads(pickle.dumps(env))

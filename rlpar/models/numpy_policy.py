@@ -21,16 +21,11 @@ from rlpar.models.numpy_acting import ACTIVATIONS, NumpyActing
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 
 
-def _towers(weights: dict) -> tuple[list, list]:
-    """Per-tower (weight [in, out], bias [out]) lists from ActorCritic's stacked state dict."""
+def _layers(weights: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(weight [2, in, out], bias [2, 1, out]) per layer of ActorCritic's stacked state dict."""
     count = sum(1 for k in weights if k.startswith("weights."))
-    actor, critic = [], []
-    for i in range(count):
-        w = np.asarray(weights[f"weights.{i}"], np.float64)
-        b = np.asarray(weights[f"biases.{i}"], np.float64)[:, 0, :]
-        actor.append((np.ascontiguousarray(w[0]), b[0]))
-        critic.append((np.ascontiguousarray(w[1]), b[1]))
-    return actor, critic
+    return [(np.asarray(weights[f"weights.{i}"], np.float64), np.asarray(weights[f"biases.{i}"], np.float64))
+            for i in range(count)]
 
 
 class NumpyPolicy(NumpyActing):
@@ -39,19 +34,17 @@ class NumpyPolicy(NumpyActing):
         self.discrete = spec.action.discrete
         self.activation = ACTIVATIONS[spec.activation]
         self.clip_obs, self.epsilon = clip_obs, epsilon
-        self.actor: list = []
-        self.critic: list = []
+        self.layers: list = []
         self.obs_mean = np.zeros(spec.obs_dim, np.float32)
         self.obs_inv_std = np.ones(spec.obs_dim, np.float32)
         self.log_std = np.zeros(spec.action.size, np.float64)
 
     def set_weights(self, weights: dict) -> None:
-        self.actor, self.critic = _towers(weights)
-        # Both towers read the same observation: one matmul for their first layers.
-        (wa, ba), (wc, bc) = self.actor[0], self.critic[0]
-        self._first_w = np.ascontiguousarray(np.concatenate([wa, wc], axis=1))
-        self._first_b = np.concatenate([ba, bc])
-        self._split = wa.shape[1]
+        self.layers = _layers(weights)
+        # Both towers read the same observation: one matmul for their first layers, side by side.
+        w, b = self.layers[0]
+        self._first_w = np.ascontiguousarray(np.concatenate([w[0], w[1]], axis=1))
+        self._first_b = np.concatenate([b[0, 0], b[1, 0]])
         if self.spec.normalize_obs:
             self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
             var = np.asarray(weights["obs_normalizer.var"], np.float64)
@@ -64,40 +57,40 @@ class NumpyPolicy(NumpyActing):
             return raw_obs
         return np.minimum(np.maximum((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs), self.clip_obs)
 
-    def _tail(self, layers, x: np.ndarray) -> np.ndarray:
-        """Layers after the first, whose activated output is `x`."""
-        for w, b in layers[1:-1]:
-            x = self.activation(x @ w + b)
-        w, b = layers[-1]
-        return x @ w + b  # padded to max(actions, 1) columns; callers slice
-
     def outputs(self, obs: np.ndarray):
         """Actor outputs [N, A] and values [N], in float64."""
         # float64: BLAS kernels round differently for different batch sizes; in double precision
         # the differences vanish when results are stored as float32, so a worker with 2
         # environments acts exactly like one with 8 (same seed, same batch in every parallel mode).
         obs = obs.astype(np.float64)
-        size = self.spec.action.size
-        if len(self.actor) == 1:  # no hidden layers
-            out = obs @ self._first_w + self._first_b
-            return out[:, :size], out[:, self._split]
-        hidden = self.activation(obs @ self._first_w + self._first_b)
-        actor = self._tail(self.actor, hidden[:, : self._split])[:, :size]
-        return actor, self._tail(self.critic, hidden[:, self._split :])[:, 0]
+        size, width = self.spec.action.size, self._first_b.size // 2
+        x = obs @ self._first_w + self._first_b
+        if len(self.layers) == 1:  # no hidden layers
+            return x[:, :size], x[:, width]
+        # Past the first layer each tower has its own input: [2, N, width], one batched matmul a layer.
+        x = self.activation(x).reshape(len(obs), 2, width).transpose(1, 0, 2)
+        for w, b in self.layers[1:-1]:
+            x = self.activation(np.matmul(x, w) + b)
+        w, b = self.layers[-1]
+        x = np.matmul(x, w) + b  # the last layer is padded to max(actions, 1) columns
+        return x[0, :, :size], x[1, :, 0]
 
     def choose(self, outputs: tuple, noise: np.ndarray | None):
         """Randomness comes only from `noise` (uniforms for categorical, standard normals for
         Gaussian), one row per environment."""
         out, values = outputs
         if self.discrete:
-            shifted = out - out.max(axis=1, keepdims=True)
-            logp_all = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+            # [A, N]: reductions over the few actions then run along the outer axis, ~30% faster
+            # per step than along the inner one (numpy's reduction set-up dominates at this size)
+            logits = np.ascontiguousarray(out.T)
+            shifted = logits - logits.max(axis=0)
+            logp_all = shifted - np.log(np.exp(shifted).sum(axis=0))
             if noise is None:
-                actions = logp_all.argmax(axis=1)
+                actions = logp_all.argmax(axis=0)
             else:
-                cdf = np.cumsum(np.exp(logp_all), axis=1)
-                actions = np.minimum((noise[:, None] > cdf).sum(axis=1), out.shape[1] - 1)
-            logp = logp_all[np.arange(len(actions)), actions]
+                cdf = np.cumsum(np.exp(logp_all), axis=0)
+                actions = np.minimum((noise > cdf).sum(axis=0), len(logits) - 1)
+            logp = logp_all[actions, np.arange(len(actions))]
             return actions, logp.astype(np.float32), values.astype(np.float32)
         if noise is None:
             return out.astype(np.float32), np.zeros(len(out), np.float32), values.astype(np.float32)
