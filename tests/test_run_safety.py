@@ -4,6 +4,7 @@ reproduced for real: a pickle payload written into a checkpoint, bytes flipped i
 `main.py` processes on one directory, a file system that really is full."""
 
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlpar.logging.run_log import RunLog
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import Checkpointer, list_checkpoints, load_checkpoint, untrusted_pickles, with_checksums
 from rlpar.runtime.errors import CheckpointError, CheckpointWriteError
@@ -234,6 +236,18 @@ def test_a_failed_checkpoint_write_leaves_no_temporary_file_and_keeps_the_others
         checkpointer.save(state, 2)
     assert sorted(p.name for p in checkpointer.directory.iterdir()) == ["checkpoint_00000001.pt"]
     assert torch.equal(load_checkpoint(checkpointer.directory / "checkpoint_00000001.pt")["weights"], state["weights"])
+
+
+def test_a_full_disk_under_the_run_log_costs_the_traceback_not_the_one_line(tmp_path, capfd):
+    """main.log on /dev/full: records are dropped without a console traceback per record, the
+    failure's note says the traceback could not be kept, and closing the log raises nothing."""
+    (tmp_path / "main.log").symlink_to("/dev/full")
+    with RunLog(tmp_path) as run_log:
+        logging.getLogger("rlpar").warning("a worker died")
+        logging.getLogger("rlpar").warning("and another")
+        note = run_log.traceback_note(ValueError("boom"))
+    assert note == "no traceback kept: main.log cannot be written (No space left on device)"
+    assert "Logging error" not in capfd.readouterr().err
 
 
 def _unshare_works() -> bool:

@@ -17,6 +17,20 @@ from pathlib import Path
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
+class _RunLogFile(logging.FileHandler):
+    """main.log. Once a write fails (a full disk) it stops writing, where logging's default
+    would print a traceback to the console for every record from then on."""
+
+    failed = False
+
+    def emit(self, record):
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record):
+        self.failed = True
+
+
 class RunLog:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
@@ -26,7 +40,7 @@ class RunLog:
     def __enter__(self):
         root = logging.getLogger()
         console = logging.StreamHandler(sys.stdout)
-        self._file = logging.FileHandler(self.run_dir / "main.log")
+        self._file = _RunLogFile(self.run_dir / "main.log")
         self._handlers = [console, self._file]
         for handler in self._handlers:
             handler.setFormatter(logging.Formatter(FORMAT))
@@ -35,17 +49,23 @@ class RunLog:
         root.setLevel(logging.INFO)
         return self
 
-    def traceback_to_file(self, err: BaseException) -> Path:
-        """The full traceback, in main.log only: the console gets one line."""
-        self._file.stream.write("".join(traceback.format_exception(err)))
-        self._file.flush()
-        return self.run_dir / "main.log"
+    def traceback_note(self, err: BaseException) -> str:
+        """Writes the full traceback to main.log only (the console gets one line) and says where."""
+        try:
+            self._file.stream.write("".join(traceback.format_exception(err)))
+            self._file.flush()
+        except OSError as write_error:  # a full disk: the one line is all there is
+            return f"no traceback kept: main.log cannot be written ({write_error.strerror or write_error})"
+        return f"full traceback in {self.run_dir / 'main.log'}"
 
     def __exit__(self, *exc_info):
         root = logging.getLogger()
         for handler in self._handlers:
             root.removeHandler(handler)
-            handler.close()
+            try:
+                handler.close()
+            except OSError:  # its last lines could not be flushed (a full disk); the run's own error says why
+                pass
         if self._level is not None:
             root.setLevel(self._level)
         return False

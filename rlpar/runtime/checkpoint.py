@@ -52,11 +52,16 @@ class Checkpointer:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
-        except OSError as err:
+        except (OSError, RuntimeError) as err:
+            # torch.save's zip writer may turn a failed write into a RuntimeError raised while
+            # closing; the OSError behind it is then the RuntimeError's context
+            os_error = err if isinstance(err, OSError) else err.__context__
+            if not isinstance(os_error, OSError):
+                raise
             tmp.unlink(missing_ok=True)
             kept = ", ".join(p.name for p in list_checkpoints(self.directory)) or "none"
             raise CheckpointWriteError(
-                f"cannot write checkpoint {path} ({_os_reason(err)}); earlier checkpoints are kept: {kept}"
+                f"cannot write checkpoint {path} ({_os_reason(os_error)}); earlier checkpoints are kept: {kept}"
             ) from err
         self._prune()
         return path

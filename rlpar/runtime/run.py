@@ -37,7 +37,7 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
             except (KeyboardInterrupt, *TRAINING_STOPS):
                 raise
             except Exception as err:  # a bug or an environment's own failure: one line, traceback kept
-                err.add_note(f"full traceback in {run_log.traceback_to_file(err)}")
+                err.add_note(run_log.traceback_note(err))
                 raise
     finally:
         if locked_here:
