@@ -10,8 +10,9 @@ from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import CheckpointError, load_checkpoint
 from rlpar.runtime.resume import config_for_resume
 from rlpar.runtime.run import run
+from tests.defaults import STEPS_PER_ITERATION
 
-SMALL = ("total_steps=3072", "checkpoint.every=0")
+SMALL = (f"total_steps={12 * STEPS_PER_ITERATION}", "checkpoint.every=0")
 
 
 def test_save_restore_round_trip(make_cfg, tmp_path):
@@ -25,7 +26,7 @@ def test_save_restore_round_trip(make_cfg, tmp_path):
 
     other = build_trainer(make_cfg(*SMALL, "seed=5", run_dir=tmp_path / "b"))
     other.restore(path)
-    assert other.iteration == 3 and other.env_steps == 3 * 256
+    assert other.iteration == 3 and other.env_steps == 3 * STEPS_PER_ITERATION
     restored = other.algorithm.get_weights()
     assert restored.keys() == weights.keys()
     for key in weights:
@@ -34,7 +35,7 @@ def test_save_restore_round_trip(make_cfg, tmp_path):
         for restored_t, saved_t in zip(other.algorithm.optimizer.state_dict()[key], opt_state[key]):
             assert torch.equal(restored_t, saved_t), key
     metrics = other.train()
-    assert metrics["iteration"] == 4 and metrics["env_steps"] == 4 * 256
+    assert metrics["iteration"] == 4 and metrics["env_steps"] == 4 * STEPS_PER_ITERATION
     other.close()
 
 
@@ -64,17 +65,17 @@ def test_evaluate_runs_the_deterministic_policy(make_cfg, tmp_path):
 
 def test_resume_appends_each_iteration_exactly_once(make_cfg, tmp_path):
     run_dir = tmp_path / "r"
-    run(make_cfg("total_steps=2560", "checkpoint.every=4", run_dir=run_dir))
+    run(make_cfg(f"total_steps={10 * STEPS_PER_ITERATION}", "checkpoint.every=4", run_dir=run_dir))
     rows = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 10
     # pretend the run was killed after iteration 10 had been logged but only 8 checkpointed
     (run_dir / "checkpoints" / "checkpoint_00000010.pt").unlink()
-    resumed = config_for_resume(make_cfg(f"resume={run_dir}", "total_steps=4096"), ["resume", "total_steps"])
-    assert resumed.total_steps == 4096 and resumed.run_dir == str(run_dir)
+    resumed = config_for_resume(make_cfg(f"resume={run_dir}", f"total_steps={16 * STEPS_PER_ITERATION}"), ["resume", "total_steps"])
+    assert resumed.total_steps == 16 * STEPS_PER_ITERATION and resumed.run_dir == str(run_dir)
     final = run(resumed)
     iterations = [json.loads(l)["iteration"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert iterations == list(range(1, 17))
-    assert final["env_steps"] == 4096
+    assert final["env_steps"] == 16 * STEPS_PER_ITERATION
 
 
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
@@ -102,7 +103,7 @@ def test_local_resume_reproduces_an_uninterrupted_run(make_cfg, tmp_path, env):
 
 def test_resume_skips_a_corrupt_newest_checkpoint_and_a_half_written_one(make_cfg, tmp_path):
     run_dir = tmp_path / "c"
-    run(make_cfg("total_steps=2560", "checkpoint.every=4", "checkpoint.keep=3", run_dir=run_dir))
+    run(make_cfg(f"total_steps={10 * STEPS_PER_ITERATION}", "checkpoint.every=4", "checkpoint.keep=3", run_dir=run_dir))
     checkpoints = run_dir / "checkpoints"
     (checkpoints / "checkpoint_00000010.pt").write_bytes(b"truncated by a crash")
     (checkpoints / "checkpoint_00000011.pt.tmp").write_bytes(b"half written")

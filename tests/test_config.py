@@ -32,7 +32,7 @@ def test_defaults_are_ppo_cartpole_local_with_tuned_preset(make_cfg):
     assert cfg.env.id == "CartPole-v1"
     assert cfg.algo.name == "ppo"
     assert cfg.parallel._target_.endswith("LocalSampler")
-    assert cfg.algo.rollout_length == 32  # from conf/preset/ppo/CartPole-v1.yaml, not the baseline 128
+    assert cfg.algo.rollout_length == 64  # from conf/preset/ppo/CartPole-v1.yaml, not the baseline 128
     for knob in ("seed", "total_steps", "workers", "run_dir", "resume"):
         assert knob in cfg
 
@@ -131,8 +131,8 @@ def test_free_form_keys_are_not_checked(make_cfg):
     validate_config(make_cfg("logger=wandb", "+logger.wandb.tags=[a]", "+env.kwargs.sutton_barto_reward=true"))
 
 
-@pytest.mark.parametrize("workers,envs,rollout", [(1, 8, 32), (2, 4, 32), (3, 3, 29), (8, 1, 32), (16, 1, 16), (32, 1, 8)])
-def test_cartpole_preset_keeps_256_steps_per_iteration_for_any_workers(make_cfg, workers, envs, rollout):
+@pytest.mark.parametrize("workers,envs,rollout", [(1, 8, 64), (2, 4, 64), (3, 3, 57), (8, 1, 64), (16, 1, 32), (32, 1, 16)])
+def test_cartpole_preset_keeps_512_steps_per_iteration_for_any_workers(make_cfg, workers, envs, rollout):
     cfg = make_cfg(f"workers={workers}")
     assert (cfg.envs_per_worker, cfg.algo.rollout_length) == (envs, rollout)
 
@@ -140,7 +140,7 @@ def test_cartpole_preset_keeps_256_steps_per_iteration_for_any_workers(make_cfg,
 def test_keys_the_user_sets_win_over_the_preset(make_cfg):
     cfg = make_cfg("algo.lr=0.01", "model.activation=elu", "envs_per_worker=3")
     assert (cfg.algo.lr, cfg.model.activation, cfg.envs_per_worker) == (0.01, "elu", 3)
-    assert cfg.algo.gamma == 0.98  # the rest of the preset still applies
+    assert cfg.algo.epochs == 2  # the rest of the preset still applies (the baseline has 10)
     table_row = make_cfg("env=pendulum", "+table_row=local_1env")  # a @package _global_ option sets them
     assert (table_row.workers, table_row.envs_per_worker) == (1, 1)
 

@@ -82,7 +82,7 @@ def metrics_rows(run_dir):
 
 
 @pytest.mark.parametrize(("common", "iterations"), [
-    # PPO's CartPole preset (256 steps an iteration): episodes of many lengths end in one iteration.
+    # PPO's CartPole preset (512 steps an iteration): episodes of many lengths end in one iteration.
     (("env=cartpole", "seed=3"), 8),
     # A2C's preset (64 steps an iteration), many more iterations and episodes.
     (("algo=a2c", "env=cartpole", "seed=3"), 30),

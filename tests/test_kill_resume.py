@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from rlpar.runtime.checkpoint import CheckpointError, latest_valid_checkpoint, list_checkpoints, load_checkpoint
+from tests.defaults import STEPS_PER_ITERATION
 from tests.processes import default_sigint, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS_PER_ITERATION = 8 * 32  # default config: 8 environments x rollout 32
 TIMING = ("wall_time_s", "fps", "learner_wait_fraction", "actor_idle_fraction", "inserts_per_s", "samples_per_s")  # wall-clock fields, which differ between runs (as do time_*)
 
 

@@ -23,6 +23,7 @@ from rlpar.runtime.errors import CheckpointError, CheckpointWriteError
 from rlpar.runtime.run import run
 from rlpar.sampling.errors import NonFiniteObservationError
 from tests.processes import wait_until
+from tests.defaults import STEPS_PER_ITERATION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +50,7 @@ def one_line(stderr: str) -> str:
 def local_run(tmp_path_factory) -> Path:
     """A finished local run with three checkpoints (iterations 4, 8, 12)."""
     run_dir = tmp_path_factory.mktemp("safety") / "run"
-    code, stderr = finish(main_py("total_steps=3072", "checkpoint.every=4", hydra_dir=run_dir))
+    code, stderr = finish(main_py(f"total_steps={12 * STEPS_PER_ITERATION}", "checkpoint.every=4", hydra_dir=run_dir))
     assert code == 0, stderr
     assert [p.name for p in list_checkpoints(run_dir / "checkpoints")] == [
         "checkpoint_00000004.pt", "checkpoint_00000008.pt", "checkpoint_00000012.pt"]
@@ -95,7 +96,7 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs(copy_of, tmp_path, where):
     newest = list_checkpoints(run_dir / "checkpoints")[-1]
     # The attacker recomputes the (public) checksums, so the file verifies as undamaged.
     _inject(newest, marker, where, recompute_checksums=True)
-    code, stderr = finish(main_py(f"resume={run_dir}", "total_steps=4096", hydra_dir=tmp_path / "h1"))
+    code, stderr = finish(main_py(f"resume={run_dir}", f"total_steps={16 * STEPS_PER_ITERATION}", hydra_dir=tmp_path / "h1"))
     assert not marker.exists()
     if where == "old_location":  # nothing reads that key any more: the run resumes, the payload stays inert
         assert code == 0, stderr
@@ -105,7 +106,7 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs(copy_of, tmp_path, where):
     assert "not signed" in line or "signature does not match" in line, line
     assert "resume_envs=false" in line and newest.name in line, line
     # The documented way on: resume without the environments' state.
-    code, stderr = finish(main_py(f"resume={run_dir}", "total_steps=4096", "resume_envs=false", hydra_dir=tmp_path / "h2"))
+    code, stderr = finish(main_py(f"resume={run_dir}", f"total_steps={16 * STEPS_PER_ITERATION}", "resume_envs=false", hydra_dir=tmp_path / "h2"))
     assert code == 0, stderr
     assert not marker.exists()
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -169,7 +170,7 @@ def _resume_output(run_dir: Path, tmp_path: Path) -> tuple[int, str]:
 
 def test_a_second_run_on_one_run_dir_is_refused_at_once(tmp_path):
     run_dir = tmp_path / "shared"
-    first = main_py("total_steps=60000", "checkpoint.every=5", "checkpoint.keep=2", hydra_dir=run_dir)
+    first = main_py("total_steps=200000", "checkpoint.every=5", "checkpoint.keep=2", hydra_dir=run_dir)
     try:
         wait_until(lambda: (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0,
                    first, 60, "a first metrics row")
@@ -190,7 +191,7 @@ def test_a_second_run_on_one_run_dir_is_refused_at_once(tmp_path):
     assert code == 0, stderr
     assert (run_dir / "config.yaml").read_bytes() == config_before
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert iterations == list(range(1, len(iterations) + 1)) and len(iterations) == 60000 // 256 + 1
+    assert iterations == list(range(1, len(iterations) + 1)) and len(iterations) == 200000 // STEPS_PER_ITERATION + 1
 
 
 def test_the_lock_is_held_for_the_run_and_released_after_it(make_cfg, tmp_path):

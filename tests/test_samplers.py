@@ -52,16 +52,15 @@ def test_multiprocess_first_batch_equals_local(make_cfg, tmp_path, env):
 
 
 def test_non_blocking_multiprocess_bounds_policy_lag(make_cfg, tmp_path):
-    trainer = build_trainer(
-        make_cfg(
-            "parallel=multiprocess",
-            "parallel.sync_mode=non_blocking",
-            "parallel.max_policy_lag=1",
-            "workers=2",
-            "envs_per_worker=4",
-            run_dir=tmp_path / "nb",
-        )
+    cfg = make_cfg(
+        "parallel=multiprocess",
+        "parallel.sync_mode=non_blocking",
+        "parallel.max_policy_lag=1",
+        "workers=2",
+        "envs_per_worker=4",
+        run_dir=tmp_path / "nb",
     )
+    trainer = build_trainer(cfg)
     try:
         rows = [trainer.train() for _ in range(12)]
     finally:
@@ -70,7 +69,7 @@ def test_non_blocking_multiprocess_bounds_policy_lag(make_cfg, tmp_path):
     assert max(r["policy_lag_max"] for r in rows) == 1  # sampling really overlapped learning
     assert all(r["policy_lag_min"] >= 0 for r in rows)
     assert all(r["batches_this_iter"] >= 2 for r in rows)  # PPO learns from a full batch: one rollout per worker
-    assert rows[-1]["env_steps"] == sum(r["batches_this_iter"] for r in rows) * 4 * 32
+    assert rows[-1]["env_steps"] == sum(r["batches_this_iter"] for r in rows) * 4 * cfg.algo.rollout_length
 
 
 def test_multiprocess_close_leaves_no_process_or_shared_memory(make_cfg, tmp_path):

@@ -3,12 +3,13 @@
 import os
 
 from rlpar.runtime.run import run
+from tests.defaults import STEPS_PER_ITERATION
 
 
 def test_wandb_offline_run_is_written(make_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     run_dir = tmp_path / "w"
-    final = run(make_cfg("logger=wandb", "total_steps=1024", run_dir=run_dir))
+    final = run(make_cfg("logger=wandb", f"total_steps={4 * STEPS_PER_ITERATION}", run_dir=run_dir))
     assert final["iteration"] == 4
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1
