@@ -145,11 +145,23 @@ class CompiledStep:
         self.eager = EagerStep(loss_fn, guard=guard)
         self._compiling: threading.Thread | None = None
         self._compile_error: BaseException | None = None
+        self._pending_example: dict | None = None
 
     def compile_in_background(self, example: dict) -> None:
         """Compile for minibatches like `example` (tensors with a leading dimension of `unroll`)
         in a thread, on copies of the state; until it is done, steps run eagerly, so a run never
-        waits for its compile (2-30 s) and a short one finishes before it would have paid."""
+        waits for its compile (2-30 s) and a short one finishes before it would have paid.
+
+        The thread starts once the first update's steps are done (`settle`), not now. PyTorch's
+        compiler is not thread-safe (pytorch/pytorch#105943, #118260). One test run crashed (a
+        segmentation fault) while the compile traced and the main thread was still starting the
+        sampler and taking its first eager steps, with their first-use imports and
+        initialisation. From the second update on, the main thread only repeats work it has
+        done before."""
+        self._pending_example = example
+
+    def _start_compile(self) -> None:
+        example, self._pending_example = self._pending_example, None
 
         def compile_now():
             try:
@@ -166,13 +178,17 @@ class CompiledStep:
         self._compiling.start()
 
     def wait_compiled(self) -> None:
-        """Wait for the background compile (tests and benchmarks time the compiled step)."""
+        """Compile now if it has not started, and wait (tests and benchmarks time the compiled step)."""
+        if self._pending_example is not None:
+            self._start_compile()
         if self._compiling is not None:
             self._compiling.join()
         self._compiled_ready()
 
     def _compiled_ready(self) -> bool:
-        """False while the background compile runs; raises what it raised, once done."""
+        """False until the background compile is done; raises what it raised, once done."""
+        if self._pending_example is not None:
+            return False
         if self._compiling is not None:
             if self._compiling.is_alive():
                 return False
@@ -236,9 +252,12 @@ class CompiledStep:
         return outputs
 
     def settle(self) -> None:
-        """Count the non-finite steps since the last call (one device sync per update)."""
+        """Count the non-finite steps since the last call (one device sync per update); after
+        the first update, start the background compile if one is waiting."""
         if self.finite_flags:
             flags = torch.stack(self.finite_flags).tolist()
             self.finite_flags.clear()
             for finite in flags:
                 self.guard.count(finite)
+        if self._pending_example is not None:
+            self._start_compile()
