@@ -21,7 +21,7 @@ class SeededCartPoleVectorEnv(gym.vector.VectorEnv):
     numpy CartPole vector env, with next-step autoreset. Each environment draws its initial
     states from its own generator, in blocks of `RESET_BLOCK` (the same numbers as one draw per
     reset), so a reset step costs a few array operations however many environments reset.
-    64 environments step in ~16 us here, against ~35 us for Gymnasium's vector env (which also
+    64 environments step in ~23 us here, against ~33 us for Gymnasium's vector env (which also
     checks each action and draws an empty reset every step)."""
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
