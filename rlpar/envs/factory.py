@@ -97,10 +97,15 @@ def _adapt_api(env, api: str):
     return env
 
 
+def _has_seeded_native(spec: EnvSpec) -> bool:
+    """rlpar's own per-environment-seeded vector env exists for it (seeded_vector.py)."""
+    return spec.id in SEEDED_NATIVE and not spec.kwargs
+
+
 def has_native_vector_env(spec: EnvSpec) -> bool:
     if spec.entry_point or spec.api == "old_gym":
         return False
-    return (spec.id in SEEDED_NATIVE and not spec.kwargs) or gym.spec(spec.id).vector_entry_point is not None
+    return _has_seeded_native(spec) or gym.spec(spec.id).vector_entry_point is not None
 
 
 def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
@@ -116,7 +121,7 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     vector env fails its worker, which the multiprocess and Ray samplers replace.
     """
     if vector_mode(spec) == "native":
-        if spec.id in SEEDED_NATIVE and not spec.kwargs:
+        if _has_seeded_native(spec):
             env_cls, limit = SEEDED_NATIVE[spec.id]
             return env_cls(num_envs=num_envs, max_episode_steps=spec.max_episode_steps or limit)
         extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
@@ -141,5 +146,5 @@ def vector_mode(spec: EnvSpec) -> str:
 def env_seeds(spec: EnvSpec, num_envs: int, first_seed: int):
     """Seed argument for `reset`: one seed per environment, or one for a shared-RNG native env."""
     seeds = [int(first_seed) + i for i in range(num_envs)]
-    shared_rng = vector_mode(spec) == "native" and not (spec.id in SEEDED_NATIVE and not spec.kwargs)
+    shared_rng = vector_mode(spec) == "native" and not _has_seeded_native(spec)
     return seeds[0] if shared_rng else seeds

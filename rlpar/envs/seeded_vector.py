@@ -16,6 +16,13 @@ from gymnasium.envs.classic_control.pendulum import DEFAULT_X, DEFAULT_Y, Pendul
 from gymnasium.vector.utils import batch_space
 
 
+def per_env_generators(seed, num_envs: int) -> list[np.random.Generator]:
+    """Environment i's generator, as `Env.reset(seed=s)` seeds it: `seed` is a list of one seed
+    per environment, or one seed s for seeds s, s + 1, ..., or None (fresh entropy)."""
+    seeds = list(seed) if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(num_envs)]
+    return [np.random.default_rng(s) for s in seeds]
+
+
 class SeededCartPoleVectorEnv(gym.vector.VectorEnv):
     """CartPole-v1's dynamics for all environments at once, in the arithmetic of Gymnasium's
     numpy CartPole vector env, with next-step autoreset. Each environment draws its initial
@@ -62,8 +69,7 @@ class SeededCartPoleVectorEnv(gym.vector.VectorEnv):
         self.steps[envs] = 0
 
     def reset(self, *, seed=None, options=None):
-        seeds = list(seed) if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(self.num_envs)]
-        self.env_rngs = [np.random.default_rng(s) for s in seeds]  # what Env.reset(seed=s) seeds
+        self.env_rngs = per_env_generators(seed, self.num_envs)
         for i in range(self.num_envs):
             self._draw_initial_states(i)
         self._reset_envs(np.arange(self.num_envs))
@@ -130,8 +136,7 @@ class SeededPendulumVectorEnv(gym.vector.VectorEnv):
         return obs
 
     def reset(self, *, seed=None, options=None):
-        seeds = list(seed) if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(self.num_envs)]
-        self.env_rngs = [np.random.default_rng(s) for s in seeds]  # what Env.reset(seed=s) seeds
+        self.env_rngs = per_env_generators(seed, self.num_envs)
         for i in range(self.num_envs):
             self._reset_env(i)
         self.prev_done[:] = False
