@@ -237,8 +237,8 @@ def parse_thresholds(items: list[str], parser: argparse.ArgumentParser) -> dict[
     return thresholds
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlpar.report", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "python -m rlpar.report") -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep directory)")
     parser.add_argument("--threshold", action="append", default=[], metavar="ENV=VALUE",

@@ -23,6 +23,10 @@ def test_every_group_option_composes(make_cfg, group, option):
     elif group == "hardware" and option == "cluster":  # with the default parallel=local
         with pytest.raises(ConfigError, match="uses no Ray"):
             validate_config(cfg)
+    elif group == "model" and option.endswith("_cnn"):  # CartPole's vectors are refused; Atari frames taken
+        with pytest.raises(ConfigError, match="is a CNN for image observations; these are vectors"):
+            validate_config(cfg)
+        validate_config(make_cfg(f"{group}={option}", "env=atari"))
     else:
         validate_config(cfg)
 

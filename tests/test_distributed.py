@@ -295,3 +295,21 @@ def test_a_distributed_search_trials_env_runners_live_in_its_placement_group(clu
         assert [row["runners_in_placement_group"] for row in history] == [2] * len(history)
         assert all(row["live_workers"] == 2 for row in history)
     assert ray.is_initialized()  # the search only disconnected from the user's cluster
+
+
+def test_grid_world_is_learned_through_the_cnn_on_ray_actors(cluster, make_cfg, tmp_path):
+    """The pixel grid world (uint8 images end to end, small CNN) learned by Ray actors on two nodes."""
+    from rlpar.runtime.build import build_trainer
+    from tests.test_space_learning import GRID, GRID_THRESHOLD, first_reached
+
+    run_dir = tmp_path / "grid"
+    trainer = build_trainer(make_cfg(f"env.id={GRID}", "parallel=distributed", "workers=2", "envs_per_worker=4",
+                                     "total_steps=60000", "checkpoint.every=0", run_dir=run_dir))
+    try:
+        assert trainer.algorithm.policy_spec.chosen_encoder == "small"
+        final = trainer.fit()
+    finally:
+        trainer.close()
+    assert final["num_nodes"] == 2
+    reached, best = first_reached(run_dir, GRID_THRESHOLD)
+    assert reached is not None, f"best mean return {best:.2f}"

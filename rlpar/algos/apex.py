@@ -97,7 +97,7 @@ class ApeX(DQN):
     def start_shard(self, index: int):
         replay = self.replay_settings
         kwargs = dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
-                      alpha=replay.alpha, beta_start=replay.beta_start, beta_end=replay.beta_end,
+                      obs_dtype=self.policy_spec.obs_dtype,                      alpha=replay.alpha, beta_start=replay.beta_start, beta_end=replay.beta_end,
                       beta_steps=max(self.beta_steps // self.num_shards, 1), seed=self.seed + 1000 * index,
                       rate_limiter=self.rate_limiter)
         if self.ray is None:

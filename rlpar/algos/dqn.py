@@ -89,7 +89,8 @@ class DQN(Algorithm):
     def build_replay(self) -> None:
         """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
         replay = self.replay_settings
-        self.storage = RingStorage(capacity=replay.capacity, fields=transition_fields(self.policy_spec.obs_dim))
+        self.storage = RingStorage(capacity=replay.capacity, fields=transition_fields(self.policy_spec.obs_dim,
+                                                                                       self.policy_spec.obs_dtype))
         if replay.prioritized:
             self.replay = PrioritizedSampler(capacity=replay.capacity, alpha=replay.alpha, beta_start=replay.beta_start,
                                              beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)

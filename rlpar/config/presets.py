@@ -1,4 +1,6 @@
-"""Tuned hyper-parameters per (algorithm, environment id): conf/preset/<algo.name>/<env.id>.yaml.
+"""Tuned hyper-parameters per (algorithm, environment id): conf/preset/<algo.name>/<env.id>.yaml,
+or, for the ids of a namespace that have none of their own, conf/preset/<algo.name>/<namespace>.yaml
+(ALE/Pong-v5 and ALE/Breakout-v5 share conf/preset/ppo/ALE.yaml).
 
 Chosen by the environment actually trained, so `env.id=Acrobot-v1` never runs CartPole's preset,
 and applied under everything the user chose: a key set on the command line, or by an
@@ -19,8 +21,15 @@ PRESET_DIR = CONF_DIR / "preset"
 
 
 def preset_path(algo_name, env_id) -> Path | None:
-    path = PRESET_DIR / str(algo_name) / f"{env_id}.yaml"
-    return path if env_id and path.is_file() else None
+    """`<algo>/<env id>.yaml`; for a namespaced id without one (`ALE/Pong-v5`), the namespace's
+    shared preset `<algo>/<namespace>.yaml` (`ALE.yaml`: every Atari game)."""
+    if not env_id:
+        return None
+    env_id = str(env_id)
+    candidates = [PRESET_DIR / str(algo_name) / f"{env_id}.yaml"]
+    if "/" in env_id:
+        candidates.append(PRESET_DIR / str(algo_name) / f"{env_id.split('/', 1)[0]}.yaml")
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def flat_keys(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -218,9 +218,12 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     hidden = c.get("model.hidden_sizes")
     if "model.hidden_sizes" not in c.unresolved and not _positive_integers(hidden):
         c.problems.append(f"model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
-    from rlpar.models.spec import ACTIVATIONS
+    from rlpar.models.spec import ACTING, ACTIVATIONS, ENCODERS
 
     c.choice("model.activation", tuple(ACTIVATIONS))
+    for key, choices in (("model.encoder", ENCODERS), ("model.acting", ACTING)):
+        if key.split(".")[1] in (c.get("model") or {}):
+            c.choice(key, choices)
     if "normalize_obs" in (c.get("model") or {}):
         c.choice("model.normalize_obs", ("auto", True, False))
 
@@ -317,7 +320,7 @@ def _probe_env(c: _Checker, spec) -> list[str]:
     import numpy as np
 
     from rlpar.envs.factory import make_env
-    from rlpar.envs.spaces import describe_action_space, observation_dim
+    from rlpar.envs.spaces import describe_action_space, describe_observation_space
 
     name = spec.id or spec.entry_point
     try:
@@ -328,28 +331,27 @@ def _probe_env(c: _Checker, spec) -> list[str]:
         return [f"env: building {name} with env.kwargs {spec.kwargs} failed ({type(err).__name__}: {first_line(err)})"]
     try:
         try:
-            obs_dim = observation_dim(env.observation_space)
+            observation = describe_observation_space(env.observation_space)
             action = describe_action_space(env.action_space)
         except TypeError as err:
             return [f"env: {err}"]
-        if not action.discrete and str(c.get("model._target_") or "").endswith("QNetworkSpec"):
-            return [f"env: {name} has continuous actions ({env.action_space}); algo={c.get('algo.name')} "
-                    f"(a Q-network) needs Discrete actions: use algo=ppo, a2c, impala or appo"]
-        problem = _memory_problem(c, obs_dim, action.size)
+        problem = _space_problem(c, name, env, observation, action) or _memory_problem(c, observation, action.size)
         if problem:
             return [problem]
         space = env.observation_space
-        expected = space.shape if isinstance(space, gym.spaces.Box) else ()
+        box = isinstance(space, gym.spaces.Box)
+        expected = space.shape if box else ()
         env.action_space.seed(0)
         stage = "reset"
         try:
             obs, _ = env.reset(seed=0)
             for step in range(PROBE_STEPS + 1):
-                got = np.shape(obs)
+                got = np.shape(obs) if box else ()  # Dict and Tuple spaces: checked as they are flattened
                 if got != expected:
                     return [f"env: {name} returned an observation of shape {got} after {stage}, but its "
                             f"observation_space {space} declares {expected}"]
-                if not np.all(np.isfinite(np.asarray(obs, dtype=np.float64))):
+                values = obs if box else gym.spaces.flatten(space, obs)
+                if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
                     return [f"env: {name} returned NaN or infinite observations after {stage}"]
                 if step == PROBE_STEPS:
                     break
@@ -365,7 +367,42 @@ def _probe_env(c: _Checker, spec) -> list[str]:
         env.close()
 
 
-def _memory_problem(c: _Checker, obs_dim: int, action_size: int) -> str | None:
+def _space_problem(c: _Checker, name: str, env, observation, action) -> str | None:
+    """Spaces the chosen algorithm or model cannot take, in one line naming which."""
+    algo = c.get("algo.name")
+    if str(c.get("model._target_") or "").endswith("QNetworkSpec") and (not action.discrete or action.factored):
+        kind = type(env.action_space).__name__
+        return (f"env: algo={algo} (a Q-network) cannot take {name}'s {kind} actions ({env.action_space}): it needs "
+                f"one Discrete action space; use algo=ppo, a2c, impala, appo or a3c")
+    if observation.image_shape and c.get("model.normalize_obs") is True:
+        return (f"model.normalize_obs: {name} has image observations, which the network scales to [0, 1] itself; "
+                f"use normalize_obs=auto or false")
+    return _model_problem(c, observation, action)
+
+
+def _model_problem(c: _Checker, observation, action) -> str | None:
+    """What the model group refuses for these spaces (a CNN for vectors, images too small for the
+    Nature network, ...): the model's own checks, run now rather than at build."""
+    from hydra.utils import get_class
+
+    from rlpar.models.spec import ACTING, ENCODERS
+
+    model = dict(c.get("model") or {})
+    if model.get("encoder", "auto") not in ENCODERS or model.get("acting", "auto") not in ACTING:
+        return None  # reported as choices
+    try:
+        spec_class = get_class(model.pop("_target_"))
+        if model.get("normalize_obs") == "auto":
+            model["normalize_obs"] = False
+        spec_class(**model, **observation.as_kwargs(), action=action)
+    except ValueError as err:
+        return f"model: {err}"
+    except Exception:  # noqa: BLE001 - unknown targets and keys are reported by their own checks
+        return None
+    return None
+
+
+def _memory_problem(c: _Checker, observation, action_size: int) -> str | None:
     from rlpar.config.resources import estimated_memory_bytes, memory_problem
 
     numbers = [c.get(k) for k in ("workers", "envs_per_worker", "algo.rollout_length")]
@@ -376,7 +413,8 @@ def _memory_problem(c: _Checker, obs_dim: int, action_size: int) -> str | None:
     local = str(c.get("parallel._target_") or "").endswith("LocalSampler")
     capacity = c.get("algo.replay.capacity") if "replay" in (_learner_keys(c) or ()) else 0
     estimate = estimated_memory_bytes(
-        obs_dim=obs_dim, action_size=action_size, rollout_length=rollout, num_envs=workers * envs_per_worker,
+        obs_dim=observation.obs_dim, obs_dtype=observation.obs_dtype, action_size=action_size, rollout_length=rollout,
+        num_envs=workers * envs_per_worker,
         workers=0 if local else workers, hidden_sizes=hidden, copies_of_batch=2 if local else 3,
         replay_capacity=capacity if isinstance(capacity, int) and capacity > 0 else 0,
     )

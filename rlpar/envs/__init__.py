@@ -1,5 +1,8 @@
 """Environment layer: resolving ids and classes, old-gym adaptation, vectorisation, action mapping."""
 
 from rlpar.envs.factory import EnvSpec, env_seeds, make_env, make_vector_env, resolve_env_spec
+from rlpar.envs.toy import register_toy_envs
+
+register_toy_envs()  # rlpar/PixelGridWorld-v0 and friends, in every process that builds environments
 
 __all__ = ["EnvSpec", "env_seeds", "make_env", "make_vector_env", "resolve_env_spec"]

@@ -7,12 +7,16 @@ environments the same way and seeds environment `i` of the whole run with `seed 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Any
 
 import gymnasium as gym
 
+from rlpar.envs import atari
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
 from rlpar.envs.recovering import RecoveringEnv
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
@@ -31,6 +35,10 @@ class EnvSpec:
     api: str = "auto"
     vectorization: str = "auto"
     max_episode_steps: int | None = None
+    atari: dict[str, Any] | None = None  # Atari preprocessing for ale-py ids (rlpar/envs/atari.py)
+    # Where `entry_point`'s module is looked for too, in every process that builds the env (worker
+    # subprocesses, Ray actors): the directory rlpar was started in (resolve_env_spec sets it).
+    import_dir: str | None = None
 
 
 def resolve_env_spec(**env_cfg) -> EnvSpec:
@@ -38,11 +46,26 @@ def resolve_env_spec(**env_cfg) -> EnvSpec:
     names = {f.name for f in fields(EnvSpec)}
     spec = {k: v for k, v in env_cfg.items() if k in names}
     spec["kwargs"] = dict(spec.get("kwargs") or {})
+    if isinstance(spec.get("atari"), Mapping):
+        spec["atari"] = dict(spec["atari"])
+    if spec.get("entry_point") and not spec.get("import_dir"):
+        spec["import_dir"] = launch_dir()
     return EnvSpec(**spec)
 
 
-def import_object(path: str):
-    """Import `package.module:Name` or `package.module.Name`."""
+LAUNCH_DIR_VARIABLE = "RLPAR_LAUNCH_DIR"  # set by `rlpar train` / main.py; inherited by its workers
+
+
+def launch_dir() -> str:
+    """The directory rlpar was started in (a Tune trial or a Ray task runs elsewhere)."""
+    return os.environ.get(LAUNCH_DIR_VARIABLE) or os.getcwd()
+
+
+def import_object(path: str, search_dir: str | None = None):
+    """Import `package.module:Name` or `package.module.Name`, also from `search_dir` (a user's
+    `my_env.py` in the directory rlpar was started in; searched after installed packages)."""
+    if search_dir and search_dir not in sys.path:
+        sys.path.append(search_dir)
     if ":" in path:
         module_name, _, attr = path.partition(":")
     else:
@@ -60,31 +83,42 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     """Return a one-line problem description, or None when the environment can be built."""
     if spec.entry_point:
         try:
-            import_object(spec.entry_point)
+            import_object(spec.entry_point, spec.import_dir)
         except Exception as err:  # import errors of user code take many forms
             return f"env.entry_point: cannot import '{spec.entry_point}' ({err})"
         return None
     if not spec.id:
         return "env: give either env.id (a registered Gymnasium id) or env.entry_point (a class)"
+    problem = atari.ensure_registered(spec.id)
+    if problem:
+        return problem
     try:
         gym.spec(spec.id)
     except gym.error.Error as err:
         from rlpar.errors import first_line
 
         return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({first_line(err)})"
-    return None
+    if atari.is_ale_id(spec.id) and spec.vectorization == "native":
+        return ("env.vectorization: native is not offered for ale-py ids (ale-py's AtariVectorEnv preprocesses "
+                "on its own terms, unlike env.atari); use auto or sync")
+    return atari.atari_problem(spec) if spec.atari is not None else None
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
     """One Gymnasium environment, adapted from the old gym API when needed."""
     if spec.entry_point:
-        env_cls = import_object(spec.entry_point)
+        env_cls = import_object(spec.entry_point, spec.import_dir)
         env = env_cls(**spec.kwargs)
         env = _adapt_api(env, spec.api)
         if spec.max_episode_steps:
             env = gym.wrappers.TimeLimit(env, max_episode_steps=spec.max_episode_steps)
         return env
     extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
+    if atari.is_ale_id(spec.id):  # registers ale-py's ids in this process (a worker, a Ray actor) first
+        if spec.atari is None:
+            return atari.wrap_ale(gym.make(spec.id, disable_env_checker=True, **extra, **spec.kwargs), None)
+        env = gym.make(spec.id, disable_env_checker=True, **atari.make_atari_kwargs(spec))
+        return atari.wrap_ale(env, spec.atari, max_episode_steps=spec.max_episode_steps)  # limit in agent steps
     env = gym.make(spec.id, disable_env_checker=True, **extra, **spec.kwargs)
     return _adapt_api(env, spec.api) if spec.api == "old_gym" else env
 
@@ -103,8 +137,8 @@ def _has_seeded_native(spec: EnvSpec) -> bool:
 
 
 def has_native_vector_env(spec: EnvSpec) -> bool:
-    if spec.entry_point or spec.api == "old_gym":
-        return False
+    if spec.entry_point or spec.api == "old_gym" or atari.is_ale_id(spec.id):
+        return False  # ale-py's AtariVectorEnv preprocesses differently from make_env
     return _has_seeded_native(spec) or gym.spec(spec.id).vector_entry_point is not None
 
 

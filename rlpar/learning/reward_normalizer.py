@@ -55,8 +55,9 @@ class RewardNormalizer:
 
     def state_dict(self) -> dict:
         """Tensors and floats, for checkpoints read with weights_only."""
-        return {"discounted": torch.from_numpy(self.discounted.copy()), "mean": self.mean, "var": self.var,
-                "count": self.count}
+        # Python floats: merge_moments hands back numpy scalars, which weights_only refuses to load
+        return {"discounted": torch.from_numpy(self.discounted.copy()), "mean": float(self.mean),
+                "var": float(self.var), "count": float(self.count)}
 
     def load_state_dict(self, state: dict) -> None:
         self.discounted = state["discounted"].numpy().astype(np.float64)

@@ -23,6 +23,17 @@ def _fmt_failures(metrics: dict) -> str:
     return f"  live workers {metrics.get('live_workers', '?')}, restarts: {workers} workers, {envs} envs"
 
 
+def _fmt_frames_per_s(metrics: dict) -> str:
+    """Emulator frames per second, where a step is several frames (Atari's frame skip)."""
+    return f"frames/s {metrics['frames_per_s']:>9,.0f}  " if "frames_per_s" in metrics else ""
+
+
+def _fmt_frames_summary(metrics: dict) -> str:
+    if "frames" not in metrics:
+        return ""
+    return f", {metrics['frames']:,} frames, {metrics['frames'] / max(metrics['wall_time_s'], 1e-9):,.0f} frames/s"
+
+
 class ProgressLine:
     def __init__(self, total_steps: int, stream=None, every_s: float = 5.0, enabled: bool = True):
         self.total_steps = total_steps
@@ -45,6 +56,7 @@ class ProgressLine:
         pct = 100.0 * min(steps / self.total_steps, 1.0)
         line = (
             f"[{pct:5.1f}%] it {metrics['iteration']:>5}  steps {steps:>10,}  fps {fps:>9,.0f}  "
+            f"{_fmt_frames_per_s(metrics)}"
             f"return {_fmt_return(metrics['episode_return_mean'])}  "
             f"elapsed {_fmt_duration(metrics['wall_time_s'])}  eta {_fmt_duration(eta)}"
             f"{_fmt_failures(metrics)}"
@@ -62,7 +74,8 @@ class ProgressLine:
             self.stream.write("\n")
         self.stream.write(
             f"done: {metrics['env_steps']:,} steps in {metrics['wall_time_s']:.1f} s "
-            f"({metrics['env_steps'] / max(metrics['wall_time_s'], 1e-9):,.0f} steps/s), "
+            f"({metrics['env_steps'] / max(metrics['wall_time_s'], 1e-9):,.0f} steps/s"
+            f"{_fmt_frames_summary(metrics)}), "
             f"{metrics['episodes']} episodes, return {_fmt_return(metrics['episode_return_mean']).strip()} "
             f"(best {_fmt_return(metrics.get('episode_return_best_mean')).strip()}) -> {run_dir}\n"
         )

@@ -1,4 +1,5 @@
-"""Policy networks: the picklable spec, the torch learner module and the numpy acting copy."""
+"""Policy networks: the picklable specs, the torch learner modules (MLP and CNN actor-critics,
+Q-networks) and their acting copies (numpy, or torch for the large CNNs)."""
 
 from rlpar.models.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec

@@ -1,4 +1,6 @@
-"""The trainable actor-critic (learner side): two MLP towers, categorical or diagonal Gaussian.
+"""The trainable actor-critic (learner side): two MLP towers; a categorical, a factorised
+categorical (MultiDiscrete, MultiBinary) or a diagonal Gaussian policy. `ActorCriticBase` holds
+what the CNN actor-critic (cnn.py) shares with it: the action distribution, written out by hand.
 
 The actor and the critic are separate networks (no shared layers), but their weights are stored
 stacked, `layer{i}.weight` of shape [2, in, out] (tower 0 actor, tower 1 critic), so each layer of
@@ -27,12 +29,80 @@ LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 ACTOR, CRITIC = 0, 1
 
 
-class ActorCritic(nn.Module):
+class ActorCriticBase(nn.Module):
+    """The interface the algorithms use: `towers(obs) -> (actor outputs [N, A], values [N])`,
+    `acting_outputs`, `evaluate_actions`, and `spec`, `discrete`, `num_outputs`, `log_std` (Box
+    actions), `obs_normalizer`. Subclasses build their layers, then call `_add_log_std`."""
+
     def __init__(self, spec: PolicySpec):
         super().__init__()
         self.spec = spec
         self.discrete = spec.action.discrete
         self.num_outputs = spec.action.size
+        self.factored = spec.action.factored
+        if self.factored:
+            nvec = torch.tensor(spec.action.nvec)
+            # equal factors: the outputs reshape to [N, F, n]; unequal ones are gathered into
+            # [N, F, max n], padded with the dtype's lowest value (probability 0, and a finite
+            # log-probability, so that 0 * log 0 in the entropy is 0, not NaN)
+            if bool((nvec == nvec[0]).all()):
+                self.factor_columns = None
+            else:
+                offsets = torch.cat([torch.zeros(1, dtype=torch.long), nvec.cumsum(0)[:-1]])
+                width = int(nvec.max())
+                columns = offsets[:, None] + torch.arange(width)
+                padded = torch.where(torch.arange(width) < nvec[:, None], columns, spec.action.size)
+                self.register_buffer("factor_columns", padded, persistent=False)  # not in the state dict
+
+    def _add_log_std(self) -> None:
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((self.spec.action.size,), float(self.spec.init_log_std)))
+
+    def towers(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the acting copy's `outputs` computes, for a central inference server on a GPU."""
+        return self.towers(obs)
+
+    def factor_logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Actor outputs [N, sum(nvec)] of a factored action as [N, F, max n]."""
+        if self.factor_columns is None:
+            return out.reshape(len(out), len(self.spec.action.nvec), -1)
+        pad = out.new_full((len(out), 1), torch.finfo(out.dtype).min)
+        return torch.cat([out, pad], dim=1)[:, self.factor_columns]
+
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True):
+        """Log-probabilities, entropies (None unless asked) and values, written out by hand:
+        torch.distributions does the same maths with several times the per-call overhead.
+        Factored actions ([N, F] indices): the factors' log-probabilities and entropies, summed."""
+        out, values = self.towers(obs)
+        entropy = None
+        if self.factored:
+            logp_all = torch.log_softmax(self.factor_logits(out), dim=-1)  # [N, F, n]
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1).sum(-1)
+            if with_entropy:
+                entropy = -(logp_all.exp() * logp_all).sum((-2, -1))
+        elif self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            if with_entropy:
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
+        else:
+            z = (actions - out) * torch.exp(-self.log_std)
+            logp = (-0.5 * z.pow(2)).sum(-1) - (self.log_std.sum() + LOG_SQRT_2PI * self.num_outputs)
+            if with_entropy:
+                entropy = (0.5 + LOG_SQRT_2PI + self.log_std).sum().expand(len(obs))
+        return logp, entropy, values
+
+
+class ActorCritic(ActorCriticBase):
+    """The MLP actor-critic (`encoder=mlp`). Image bytes (uint8 rows) fed to it are scaled to
+    [0, 1] first, as the numpy copy does."""
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__(spec)
+        self.pixels = spec.obs_dtype == "uint8"
         self.activation = ACTIVATION_FUNCTIONS[spec.activation]
         self.obs_normalizer = ObservationNormalizer(spec.obs_dim, spec.normalize_obs)
         sizes = [spec.obs_dim, *spec.hidden_sizes, max(spec.action.size, 1)]
@@ -48,11 +118,12 @@ class ActorCritic(nn.Module):
                 weight[CRITIC, :, 1:] = 0.0  # padding columns of the value head
             self.weights.append(nn.Parameter(weight))
             self.biases.append(nn.Parameter(torch.zeros(2, 1, sizes[i + 1])))
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((spec.action.size,), float(spec.init_log_std)))
+        self._add_log_std()  # after the towers: the parameters' order (optimiser state) is unchanged
 
     def towers(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor outputs [N, A] and values [N] of already-normalised observations."""
+        if self.pixels:
+            obs = obs.to(self.weights[0].dtype) / 255.0
         x = obs.unsqueeze(0).expand(2, *obs.shape)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
@@ -60,24 +131,3 @@ class ActorCritic(nn.Module):
             if i < last:
                 x = self.activation(x)
         return x[ACTOR, :, : self.num_outputs], x[CRITIC, :, 0]
-
-    def acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """What NumpyPolicy.outputs computes, for a central inference server on a GPU."""
-        return self.towers(obs)
-
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True):
-        """Log-probabilities, entropies (None unless asked) and values, written out by hand:
-        torch.distributions does the same maths with several times the per-call overhead."""
-        out, values = self.towers(obs)
-        entropy = None
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            if with_entropy:
-                entropy = -(logp_all.exp() * logp_all).sum(-1)
-        else:
-            z = (actions - out) * torch.exp(-self.log_std)
-            logp = (-0.5 * z.pow(2)).sum(-1) - (self.log_std.sum() + LOG_SQRT_2PI * self.num_outputs)
-            if with_entropy:
-                entropy = (0.5 + LOG_SQRT_2PI + self.log_std).sum().expand(len(obs))
-        return logp, entropy, values

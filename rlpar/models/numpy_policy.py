@@ -16,9 +16,7 @@ if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a
     from rlpar.models.spec import PolicySpec
 
 
-from rlpar.models.numpy_acting import ACTIVATIONS, NumpyActing
-
-LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+from rlpar.models.numpy_acting import ACTIVATIONS, PolicyChoice
 
 
 def _layers(weights: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -28,16 +26,18 @@ def _layers(weights: dict) -> list[tuple[np.ndarray, np.ndarray]]:
             for i in range(count)]
 
 
-class NumpyPolicy(NumpyActing):
+class NumpyPolicy(PolicyChoice):
+    """The MLP actor-critic; actions chosen by PolicyChoice (numpy_acting.py)."""
+
     def __init__(self, spec: PolicySpec, clip_obs: float = 10.0, epsilon: float = 1e-8):
+        super().__init__(spec.action)
         self.spec = spec
-        self.discrete = spec.action.discrete
+        self.pixels = spec.obs_dtype == "uint8"  # image bytes fed to the MLP: scaled to [0, 1] as in torch
         self.activation = ACTIVATIONS[spec.activation]
         self.clip_obs, self.epsilon = clip_obs, epsilon
         self.layers: list = []
         self.obs_mean = np.zeros(spec.obs_dim, np.float32)
         self.obs_inv_std = np.ones(spec.obs_dim, np.float32)
-        self.log_std = np.zeros(spec.action.size, np.float64)
 
     def set_weights(self, weights: dict) -> None:
         self.layers = _layers(weights)
@@ -49,8 +49,7 @@ class NumpyPolicy(NumpyActing):
             self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
             var = np.asarray(weights["obs_normalizer.var"], np.float64)
             self.obs_inv_std = (1.0 / np.sqrt(var + self.epsilon)).astype(np.float32)
-        if not self.discrete:
-            self.log_std = np.asarray(weights["log_std"], np.float64)
+        self.set_choice_weights(weights)
 
     def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
         if not self.spec.normalize_obs:
@@ -63,6 +62,8 @@ class NumpyPolicy(NumpyActing):
         # the differences vanish when results are stored as float32, so a worker with 2
         # environments acts exactly like one with 8 (same seed, same batch in every parallel mode).
         obs = obs.astype(np.float64)
+        if self.pixels:
+            obs /= 255.0
         size, width = self.spec.action.size, self._first_b.size // 2
         x = obs @ self._first_w + self._first_b
         if len(self.layers) == 1:  # no hidden layers
@@ -74,26 +75,3 @@ class NumpyPolicy(NumpyActing):
         w, b = self.layers[-1]
         x = np.matmul(x, w) + b  # the last layer is padded to max(actions, 1) columns
         return x[0, :, :size], x[1, :, 0]
-
-    def choose(self, outputs: tuple, noise: np.ndarray | None):
-        """Randomness comes only from `noise` (uniforms for categorical, standard normals for
-        Gaussian), one row per environment."""
-        out, values = outputs
-        if self.discrete:
-            # [A, N]: reductions over the few actions then run along the outer axis, ~30% faster
-            # per step than along the inner one (numpy's reduction set-up dominates at this size)
-            logits = np.ascontiguousarray(out.T)
-            shifted = logits - logits.max(axis=0)
-            logp_all = shifted - np.log(np.exp(shifted).sum(axis=0))
-            if noise is None:
-                actions = logp_all.argmax(axis=0)
-            else:
-                cdf = np.cumsum(np.exp(logp_all), axis=0)
-                actions = np.minimum((noise > cdf).sum(axis=0), len(logits) - 1)
-            logp = logp_all[actions, np.arange(len(actions))]
-            return actions, logp.astype(np.float32), values.astype(np.float32)
-        if noise is None:
-            return out.astype(np.float32), np.zeros(len(out), np.float32), values.astype(np.float32)
-        actions = out + np.exp(self.log_std) * noise
-        logp = (-0.5 * np.square(noise) - self.log_std - LOG_SQRT_2PI).sum(axis=1)
-        return actions.astype(np.float32), logp.astype(np.float32), values.astype(np.float32)

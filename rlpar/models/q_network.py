@@ -1,7 +1,10 @@
-"""The trainable Q-network (learner side): an MLP trunk and a linear or dueling head.
+"""The trainable Q-network (learner side): an MLP trunk, or a CNN encoder for images
+(encoders.py, as in DQN's and Ape-X's Atari agents), and a linear or dueling head.
 
 Dueling (Wang et al. 2016): Q(s, a) = V(s) + A(s, a) - mean_a A(s, a), the value and advantage
-streams sharing the trunk. `NumpyQPolicy` reads the same state dict: keep the two in step.
+streams sharing the trunk. `NumpyQPolicy` reads the same state dict: keep the two in step. MLP:
+`trunk.{i}.*`; CNN: `encoder.*` (uint8 rows scaled to [0, 1] here, as in cnn.py); both then
+`advantage.*` and `value.*` (dueling).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from rlpar.models.encoders import build_encoder, image_batch
 from rlpar.models.normalizer import ObservationNormalizer
 
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
@@ -27,17 +31,31 @@ class QNetwork(nn.Module):
         self.spec = spec
         # Present for a uniform state dict (workers read it); Q-learning keeps raw observations.
         self.obs_normalizer = ObservationNormalizer(spec.obs_dim, False)
-        sizes = [spec.obs_dim, *spec.hidden_sizes]
-        layers = []
-        for fan_in, fan_out in zip(sizes, sizes[1:]):
-            layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[spec.activation]()]
-        self.trunk = nn.Sequential(*layers)
-        self.advantage = nn.Linear(sizes[-1], spec.action.size)
-        self.value = nn.Linear(sizes[-1], 1) if spec.dueling else None
+        self.image = spec.chosen_encoder != "mlp"
+        self.pixels = spec.obs_dtype == "uint8"
+        if self.image:
+            self.encoder = build_encoder(spec.chosen_encoder, spec.image_shape, spec.hidden_sizes)
+            features = self.encoder.features
+        else:
+            sizes = [spec.obs_dim, *spec.hidden_sizes]
+            layers = []
+            for fan_in, fan_out in zip(sizes, sizes[1:]):
+                layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[spec.activation]()]
+            self.trunk = nn.Sequential(*layers)
+            features = sizes[-1]
+        self.advantage = nn.Linear(features, spec.action.size)
+        self.value = nn.Linear(features, 1) if spec.dueling else None
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.image:
+            return self.encoder(image_batch(obs, self.spec.image_shape, self.spec.channels_last))
+        if self.pixels:  # image bytes fed to the MLP
+            obs = obs.to(self.advantage.weight.dtype) / 255.0
+        return self.trunk(obs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values [N, actions]."""
-        features = self.trunk(obs)
+        features = self.features(obs)
         advantage = self.advantage(features)
         if self.value is None:
             return advantage

@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlpar.envs.spaces import ActionInfo
+from rlpar.models.spec import NetworkFields
+
+FACTORED_ACTIONS_REFUSED = ("a Q-network needs one Discrete action space; MultiDiscrete/MultiBinary actions train "
+                            "with algo=ppo, a2c, impala, appo or a3c")
 
 
 @dataclass(frozen=True)
-class QNetworkSpec:
+class QNetworkSpec(NetworkFields):
     """Everything needed to rebuild the same Q-network in another process."""
 
     obs_dim: int
@@ -17,11 +21,18 @@ class QNetworkSpec:
     activation: str = "relu"
     dueling: bool = False
     normalize_obs: bool = False  # replay keeps raw observations; whitening them is not offered
+    encoder: str = "auto"  # auto | mlp | nature | impala | small (rlpar.models.spec.choose_encoder)
+    obs_dtype: str = "float32"  # the rows' dtype: "uint8" for images (rlpar.envs.spaces.ObservationInfo)
+    image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
+    channels_last: bool = False
+    acting: str = "auto"  # auto | numpy | torch: the workers' copy (rlpar.models.spec.choose_acting)
 
     def __post_init__(self):
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))  # a config gives a list
         if not self.action.discrete:
             raise ValueError("a Q-network needs a Discrete action space (use algo=ppo, a2c, impala or appo for Box actions)")
+        if self.action.factored:
+            raise ValueError(FACTORED_ACTIONS_REFUSED)
+        self._settle_fields()
 
     def build(self):
         """The trainable torch module (learner side)."""
@@ -30,8 +41,13 @@ class QNetworkSpec:
         return QNetwork(self)
 
     def acting_policy(self, env_ids=None):
-        """ε-greedy in numpy (workers never import torch); ε comes with the weights, one value or
-        one per environment of the run (`env_ids`: the global ids this copy steps)."""
+        """ε-greedy, in numpy (workers never import torch) or, for the large CNNs, with a torch
+        copy (`acting`); ε comes with the weights, one value or one per environment of the run
+        (`env_ids`: the global ids this copy steps)."""
+        if self.chosen_acting == "torch":
+            from rlpar.models.torch_acting import TorchQPolicy
+
+            return TorchQPolicy(self, env_ids)
         from rlpar.models.numpy_q_policy import NumpyQPolicy
 
         return NumpyQPolicy(self, env_ids)

@@ -3,14 +3,76 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 
 from rlpar.envs.spaces import ActionInfo
 
 ACTIVATIONS = ("tanh", "relu", "elu")
+ENCODERS = ("auto", "mlp", "nature", "impala", "small")
+ACTING = ("auto", "numpy", "torch")
+NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions need 36 pixels
+TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
+
+
+def choose_encoder(encoder: str, image_shape: tuple[int, ...]) -> str:
+    """`auto`: an MLP for vector rows; for images the Nature DQN network, or a small 3x3
+    network for images too small for it (a few-pixel grid world)."""
+    if encoder != "auto":
+        return encoder
+    if not image_shape:
+        return "mlp"
+    return "nature" if min(image_shape[1:]) >= NATURE_MIN_SIZE else "small"
+
+
+def choose_acting(acting: str, encoder: str) -> str:
+    """`auto`: the numpy float64 copy (bit-identical batches however environments are split over
+    workers, and torch-free workers), except for the large CNNs, whose numpy convolutions are
+    2-4x slower per step than torch's (measured in numpy_cnn.py): a torch float32 copy."""
+    if acting != "auto":
+        return acting
+    return "torch" if encoder in TORCH_ACTING_ENCODERS else "numpy"
+
+
+def check_image_fields(spec) -> None:
+    """The checks PolicySpec and QNetworkSpec share: encoder, acting and image fields."""
+    if spec.encoder not in ENCODERS:
+        raise ValueError(f"encoder '{spec.encoder}' is not one of {', '.join(ENCODERS)}")
+    if spec.encoder not in ("auto", "mlp") and not spec.image_shape:
+        raise ValueError(f"encoder '{spec.encoder}' is a CNN for image observations; these are vectors")
+    if spec.encoder == "nature" and min(spec.image_shape[1:]) < NATURE_MIN_SIZE:
+        raise ValueError(f"encoder 'nature' needs images of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE} pixels, "
+                         f"these are {spec.image_shape[1]}x{spec.image_shape[2]} (use encoder=small or impala)")
+    if spec.image_shape and (len(spec.image_shape) != 3 or spec.obs_dim != prod(spec.image_shape)):
+        raise ValueError(f"image_shape {spec.image_shape} does not describe rows of {spec.obs_dim} values")
+    if spec.acting not in ACTING:
+        raise ValueError(f"acting '{spec.acting}' is not one of {', '.join(ACTING)}")
+    if spec.acting == "torch" and choose_encoder(spec.encoder, spec.image_shape) == "mlp":
+        raise ValueError("acting=torch is for CNN encoders; an MLP acts faster with its numpy copy (acting=numpy)")
+    if spec.normalize_obs and spec.obs_dtype == "uint8":
+        raise ValueError("normalize_obs: image observations are scaled to [0, 1] by the network, not whitened "
+                         "(use normalize_obs=false)")
+
+
+class NetworkFields:
+    """What PolicySpec and QNetworkSpec share: list fields made tuples, the image checks, and
+    the encoder and acting copy `auto` resolves to."""
+
+    def _settle_fields(self) -> None:
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))  # a config gives a list
+        object.__setattr__(self, "image_shape", tuple(self.image_shape))
+        check_image_fields(self)
+
+    @property
+    def chosen_encoder(self) -> str:
+        return choose_encoder(self.encoder, self.image_shape)
+
+    @property
+    def chosen_acting(self) -> str:
+        return choose_acting(self.acting, self.chosen_encoder)
 
 
 @dataclass(frozen=True)
-class PolicySpec:
+class PolicySpec(NetworkFields):
     """Everything needed to rebuild the same network in another process."""
 
     obs_dim: int
@@ -19,21 +81,39 @@ class PolicySpec:
     activation: str = "tanh"
     normalize_obs: bool = False
     init_log_std: float = 0.0
+    encoder: str = "auto"  # auto | mlp | nature | impala | small (see choose_encoder)
+    obs_dtype: str = "float32"  # the rows' dtype: "uint8" for images (rlpar.envs.spaces.ObservationInfo)
+    image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
+    channels_last: bool = False
+    acting: str = "auto"  # auto | numpy | torch: the workers' copy of the network (see choose_acting)
 
     def __post_init__(self):
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))  # a config gives a list
+        self._settle_fields()
 
     def build(self):
-        """The trainable torch module (learner side)."""
-        from rlpar.models.actor_critic import ActorCritic
+        """The trainable torch module (learner side): the MLP actor-critic, or the CNN one."""
+        if self.chosen_encoder == "mlp":
+            from rlpar.models.actor_critic import ActorCritic
 
-        return ActorCritic(self)
+            return ActorCritic(self)
+        from rlpar.models.cnn import CNNActorCritic
+
+        return CNNActorCritic(self)
 
     def acting_policy(self, env_ids=None):
-        """The copy workers act with: numpy only, so workers never import torch. It reads the
-        learner module's state dict (`set_weights`) and offers `normalize`, `act` and `value`;
-        `env_ids` (the global ids of the environments it steps) are for policies that treat
-        environments differently, not this one."""
-        from rlpar.models.numpy_policy import NumpyPolicy
+        """The copy workers act with. It reads the learner module's state dict (`set_weights`)
+        and offers `normalize`, `act` and `value`. numpy (workers never import torch), except
+        with `acting=torch` (what `auto` picks for the nature and impala CNNs). `env_ids` (the
+        global ids of the environments it steps) are for policies that treat environments
+        differently, not this one."""
+        if self.chosen_acting == "torch":
+            from rlpar.models.torch_acting import TorchPolicy
 
-        return NumpyPolicy(self)
+            return TorchPolicy(self)
+        if self.chosen_encoder == "mlp":
+            from rlpar.models.numpy_policy import NumpyPolicy
+
+            return NumpyPolicy(self)
+        from rlpar.models.numpy_cnn import NumpyCNNPolicy
+
+        return NumpyCNNPolicy(self)

@@ -21,19 +21,19 @@ from rlpar.replay.samplers import PrioritizedSampler
 from rlpar.replay.storage import RingStorage
 
 
-def transition_fields(obs_dim: int) -> dict:
-    """What a replayed n-step transition holds (see NStepWriter)."""
-    obs = ((obs_dim,), np.float32)
+def transition_fields(obs_dim: int, obs_dtype: str = "float32") -> dict:
+    """What a replayed n-step transition holds (see NStepWriter); images stay uint8."""
+    obs = ((obs_dim,), np.dtype(obs_dtype))
     return {"obs": obs, "actions": ((), np.int64), "rewards": ((), np.float32), "next_obs": obs,
             "discounts": ((), np.float32)}
 
 
 class ReplayTable:
-    def __init__(self, *, capacity: int, obs_dim: int, alpha: float, beta_start: float, beta_end: float,
+    def __init__(self, *, capacity: int, obs_dim: int, obs_dtype: str = "float32", alpha: float, beta_start: float, beta_end: float,
                  beta_steps: int, seed: int, rate_limiter: dict):
         """`rate_limiter`: RateLimiter's keyword arguments (its batches are the largest insert
         and the minibatch this table serves)."""
-        self.storage = RingStorage(capacity=capacity, fields=transition_fields(obs_dim))
+        self.storage = RingStorage(capacity=capacity, fields=transition_fields(obs_dim, obs_dtype))
         self.sampler = PrioritizedSampler(capacity=capacity, alpha=alpha, beta_start=beta_start, beta_end=beta_end,
                                           beta_steps=beta_steps, seed=seed)
         self.limiter = RateLimiter(**rate_limiter)

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlpar.config.known_keys import ALGO_KEYS_NOT_FOR_LEARNER
 from rlpar.config.validate import ConfigError
 from rlpar.envs.factory import make_env, resolve_env_spec
-from rlpar.envs.spaces import describe_action_space, observation_dim
+from rlpar.envs.spaces import describe_action_space, describe_observation_space, whitened_by_default
 from rlpar.logging.progress import ProgressLine
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.trainer import Trainer
@@ -22,20 +22,22 @@ from rlpar.runtime.trainer import Trainer
 def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto") -> tuple[PolicySpec, bool]:
     """Build one environment to read its spaces, and describe the matching network
     (`make_spec`: the model group, instantiated partially). Also says whether the observations
-    are a Box: `auto` normalisation (of observations here, of rewards in the algorithm) is on
-    exactly then, as in every strong continuous-control PPO."""
+    are a Box vector: `auto` reward normalisation (in the algorithm) is on exactly then, as in
+    every strong continuous-control PPO; `auto` observation whitening is on for them and for Dict
+    and Tuple spaces holding a Box (`whitened_by_default`). Images are scaled by the network."""
     env = make_env(env_spec)
     try:
-        obs_dim = observation_dim(env.observation_space)
+        observation = describe_observation_space(env.observation_space)
         action = describe_action_space(env.action_space)
-        box = isinstance(env.observation_space, gym.spaces.Box)
+        box = isinstance(env.observation_space, gym.spaces.Box) and not observation.image_shape
+        whiten = whitened_by_default(env.observation_space)
     except TypeError as err:
         raise ConfigError([f"env: {err}"]) from err
     finally:
         env.close()
-    options = {} if normalize_obs is None else {"normalize_obs": box if normalize_obs == "auto" else normalize_obs}
+    options = {} if normalize_obs is None else {"normalize_obs": whiten if normalize_obs == "auto" else normalize_obs}
     try:
-        return make_spec(obs_dim=obs_dim, action=action, **options), box
+        return make_spec(**observation.as_kwargs(), action=action, **options), box
     except ValueError as err:  # e.g. a Q-network for continuous actions
         raise ConfigError([f"model: {err}"]) from err
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
+import gymnasium as gym
 import numpy as np
 
 from rlpar.envs.factory import EnvSpec, make_env
@@ -9,9 +13,23 @@ from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
 from rlpar.models.spec import PolicySpec
 
 
-def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec, num_episodes: int, seed: int, max_steps: int = 100_000) -> dict:
-    """Greedy actions (argmax or Gaussian mean); returns mean/std/min/max of episode returns."""
+def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec, num_episodes: int, seed: int,
+                    max_steps: int = 100_000, render_mode: str | None = None,
+                    wrap_env: Callable[[gym.Env], gym.Env] | None = None, episodes: list | None = None) -> dict:
+    """Greedy actions (argmax or Gaussian mean); returns mean/std/min/max of episode returns.
+
+    `render_mode` is passed to the environment (`rgb_array` for videos), `wrap_env` wraps it
+    (e.g. in Gymnasium's RecordVideo), and `episodes`, when given, receives each episode's
+    (return, length)."""
+    if render_mode is not None:
+        env_spec = replace(env_spec, kwargs={**env_spec.kwargs, "render_mode": render_mode})
     env = make_env(env_spec)
+    if wrap_env is not None:
+        try:
+            env = wrap_env(env)
+        except BaseException:
+            env.close()
+            raise
     flatten = flatten_observation_fn(env.observation_space)
     policy = policy_spec.acting_policy()
     policy.set_weights(weights)
@@ -29,6 +47,8 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
                 steps += 1
                 done = terminated or truncated
             returns.append(total)
+            if episodes is not None:
+                episodes.append((total, steps))
     finally:
         env.close()
     arr = np.asarray(returns)
@@ -39,3 +59,14 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
         "eval_return_max": float(arr.max()),
         "eval_episodes": num_episodes,
     }
+
+
+def checkpoint_policy_weights(algorithm_state: dict) -> dict:
+    """The acting policy's weights held in a checkpoint's `algorithm` section, as numpy: the
+    learner's model, or the parameter server's (A3C and async DQN outside shared memory)."""
+    model = algorithm_state.get("model")
+    if model is None:
+        model = (algorithm_state.get("server") or {}).get("model")
+    if model is None:
+        raise KeyError("neither 'model' nor 'server.model' in the checkpoint's algorithm state")
+    return {name: value.detach().cpu().numpy() for name, value in model.items()}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from rlpar.envs.atari import frames_per_step
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats
 from rlpar.runtime.evaluation import evaluate_policy
@@ -53,6 +54,7 @@ class Trainer:
         self.last_metrics: dict = {}
         self.labels: dict = {}  # added to every metrics row (e.g. a search trial's PBT exploits)
         self._collapse_warned = False
+        self.frames_per_step = frames_per_step(env_spec)  # Atari: emulator frames per agent step
 
     @property
     def sampler(self):
@@ -84,6 +86,9 @@ class Trainer:
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time(), 4),
             "fps": step.env_steps / iteration_s,
+            **({"frames": self.env_steps * self.frames_per_step,
+                "frames_per_s": step.env_steps * self.frames_per_step / iteration_s}
+               if self.frames_per_step != 1 else {}),
             "episodes": self.episodes.episodes,
             "episode_return_mean": self.episodes.mean_return,
             "episode_length_mean": self.episodes.mean_length,

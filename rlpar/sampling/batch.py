@@ -6,17 +6,18 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from rlpar.envs.spaces import action_layout
+
 TIME_MAJOR_FIELDS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "valid")
 PER_ENV_FIELDS = ("bootstrap_value", "last_obs", "env_ids")  # [N, ...]: one entry per environment
 
 
 def batch_layout(policy_spec, T: int, N: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Shapes and dtypes of a batch's arrays for T steps of N environments."""
-    action = policy_spec.action
-    actions = ((T, N), np.int64) if action.discrete else ((T, N, action.size), np.float32)
+    obs_dtype = np.dtype(policy_spec.obs_dtype)  # uint8 images stay bytes until the learner's network
     return {
-        "obs": ((T, N, policy_spec.obs_dim), np.float32),
-        "actions": actions,
+        "obs": ((T, N, policy_spec.obs_dim), obs_dtype),
+        "actions": action_layout(policy_spec.action, (T, N)),
         "logp": ((T, N), np.float32),
         "values": ((T, N), np.float32),
         "rewards": ((T, N), np.float32),
@@ -24,7 +25,7 @@ def batch_layout(policy_spec, T: int, N: int) -> dict[str, tuple[tuple[int, ...]
         "truncated": ((T, N), np.bool_),
         "valid": ((T, N), np.bool_),
         "bootstrap_value": ((N,), np.float32),
-        "last_obs": ((N, policy_spec.obs_dim), np.float32),
+        "last_obs": ((N, policy_spec.obs_dim), obs_dtype),
         "env_ids": ((N,), np.int64),
     }
 
@@ -167,7 +168,9 @@ def nonfinite_inputs(batch: Batch) -> str | None:
 
     Checked before learning: a NaN observation would otherwise surface much later as a NaN
     loss, blamed on the learning rate. Raw sums catch infinities that normalisation clips."""
-    checks = [("observations", batch.obs, 1), ("rewards", batch.rewards, 1)]  # [T, N, ...]
+    checks = [("rewards", batch.rewards, 1)]  # [T, N, ...]
+    if np.issubdtype(batch.obs.dtype, np.floating):  # images are bytes: always finite
+        checks.insert(0, ("observations", batch.obs, 1))
     if batch.raw_obs_sums is not None:
         checks.append(("observations", batch.raw_obs_sums[0], 0))  # [N, obs_dim]
     for name, values, env_axis in checks:

@@ -29,6 +29,7 @@ from multiprocessing import connection
 
 import numpy as np
 
+from rlpar.envs.spaces import action_layout, noise_layout
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 
 log = logging.getLogger("rlpar")
@@ -68,12 +69,10 @@ class InferencePolicy:
 
 def inference_layout(policy_spec, num_envs: int) -> dict:
     """Shapes and dtypes of the request and reply arrays of `num_envs` environments."""
-    action, obs = policy_spec.action, (num_envs, policy_spec.obs_dim)
-    noise = ((num_envs,), np.float64) if action.discrete else ((num_envs, action.size), np.float32)
-    actions = ((num_envs,), np.int64) if action.discrete else ((num_envs, action.size), np.float32)
+    obs = ((num_envs, policy_spec.obs_dim), np.dtype(policy_spec.obs_dtype))
     return {
-        "request_obs": (obs, np.float32), "request_noise": noise,
-        "reply_obs": (obs, np.float32), "reply_actions": actions,
+        "request_obs": obs, "request_noise": noise_layout(policy_spec.action, (num_envs,)),
+        "reply_obs": obs, "reply_actions": action_layout(policy_spec.action, (num_envs,)),
         "reply_logp": ((num_envs,), np.float32), "reply_values": ((num_envs,), np.float32),
     }
 

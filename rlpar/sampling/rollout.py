@@ -13,7 +13,7 @@ import numpy as np
 
 from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
 from rlpar.envs.recovering import RESEED_STRIDE
-from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
+from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch, allocate_batch_arrays, batch_layout
 
@@ -114,9 +114,8 @@ class RolloutWorker:
 
     def _draw_noise(self) -> np.ndarray:
         T, action = self.rollout_length, self.policy_spec.action
-        if action.discrete:
-            return np.stack([g.random(T) for g in self.noise_rngs], axis=1)
-        return np.stack([g.standard_normal((T, action.size)) for g in self.noise_rngs], axis=1).astype(np.float32)
+        noise = np.stack([draw_noise(g, action, T) for g in self.noise_rngs], axis=1)
+        return noise if action.discrete else noise.astype(np.float32)
 
     def sample(self, out: dict[str, np.ndarray] | None = None) -> Batch:
         """One rollout of `rollout_length` steps; writes into `out` (e.g. shared memory) if given."""
@@ -125,13 +124,14 @@ class RolloutWorker:
         bufs = out if out is not None else allocate_batch_arrays(self.policy_spec, T, N)
         obs_buf, actions_buf, logp_buf, values_buf = bufs["obs"], bufs["actions"], bufs["logp"], bufs["values"]
         rewards_buf, term_buf, trunc_buf, valid_buf = bufs["rewards"], bufs["terminated"], bufs["truncated"], bufs["valid"]
-        raw_sum = np.zeros((N, self.policy_spec.obs_dim), np.float64)
-        raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
+        track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
+        if track_moments:
+            raw_sum = np.zeros((N, self.policy_spec.obs_dim), np.float64)
+            raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         noise = self._draw_noise()
         env_restarts_before = env_restarts(self.venv)
         returns, lengths, ends = [], [], []
         act_raw = self.policy.act_raw
-        track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
         for t in range(T):
             if track_moments:
                 raw_sum += self.raw_obs

@@ -1,0 +1,304 @@
+"""The `rlpar` command (installed with the package; `python -m rlpar` is the same):
+
+    rlpar train [group=option ...] [key=value ...]   # exactly `python main.py ...` (Hydra)
+    rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S]
+    rlpar report DIR [--out DIR] [--threshold ENV=VALUE]
+
+Only the standard library and rlpar.runtime.interrupts are imported before a command starts: a
+signal during the slow imports that follow (torch, Ray, Hydra) exits 130 at once, as main.py's did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import threading
+from pathlib import Path
+
+from rlpar.runtime import interrupts
+
+LOADER_THREAD = "rlpar-import"
+COMMANDS = ("train", "evaluate", "report")
+
+HELP = """usage: rlpar COMMAND [ARGS...]
+
+Parallel and distributed reinforcement learning on Ray, PyTorch and Gymnasium.
+
+commands:
+  train [OVERRIDES...]   train with Hydra overrides, e.g. `rlpar train env=pendulum seed=1`;
+                         the same as `python main.py ...` (`rlpar train --help`: the config)
+  evaluate RUN_DIR       the deterministic policy of a run's newest checkpoint: returns, eval
+                         metrics and a video in RUN_DIR/videos/ (`rlpar evaluate --help`)
+  report DIR             report.md, results.csv and plots from a sweep or a search
+
+options:
+  -h, --help             this help
+  --version              rlpar's version
+
+Configs are read from {conf_dir}; outputs go under the current directory.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console entry point: returns the exit status (or leaves through SystemExit)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        from rlpar.config.conf_dir import CONF_DIR
+
+        print(HELP.format(conf_dir=CONF_DIR), end="", file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    command, args = argv[0], argv[1:]
+    if command in ("--version", "-V"):
+        from rlpar import __version__
+
+        print(f"rlpar {__version__}")
+        return 0
+    if command == "train":
+        interrupts.exit_at_once_on_signals()  # before any slow import
+        train(args)
+        return 0
+    if command == "evaluate":
+        return evaluate(args)
+    if command == "report":
+        return report(args)
+    hint = f"; to train with it: rlpar train {' '.join(argv)}" if "=" in command else ""
+    print(f"rlpar: unknown command '{command}' (commands: {', '.join(COMMANDS)}; rlpar --help){hint}", file=sys.stderr)
+    return 2
+
+
+# -- train: `python main.py ...` ---------------------------------------------------------------
+def train(argv: list[str]) -> None:
+    """Train with Hydra overrides `argv`, from any directory (the configs are found by absolute
+    path). The caller has called interrupts.exit_at_once_on_signals() before its imports. Ends by
+    returning (exit 0), raising SystemExit, or leaving at once with os._exit (see
+    `_leave_past_background_torch`)."""
+    from rlpar.config.overrides import override_problems
+    from rlpar.envs.factory import LAUNCH_DIR_VARIABLE
+
+    if problems := override_problems(argv):  # Hydra would answer with a traceback
+        _refuse(problems)
+    # `env.entry_point=my_env:MyEnv` is found in this directory, also by workers and Tune trials
+    os.environ.setdefault(LAUNCH_DIR_VARIABLE, os.getcwd())
+    sys.argv = [sys.argv[0], *argv]  # Hydra reads its overrides and flags (-m, --cfg) there
+    exit_code = 0
+    try:
+        try:
+            _hydra_main()()
+            if interrupts.interrupted():  # a signal during the final clean-up, which it did not cut short
+                _exit_interrupted()
+        except KeyboardInterrupt:  # one raised outside run_job's own handling: in Hydra, or its last lines
+            interrupts.stop_under_way()
+            _stop_private_ray()
+            _exit_interrupted()
+    except SystemExit as exit_:
+        exit_code = exit_.code
+        raise
+    finally:
+        interrupts.ignore_signals()
+        _leave_past_background_torch(exit_code)
+
+
+def _hydra_main():
+    import hydra
+
+    from rlpar.config.conf_dir import CONF_DIR
+
+    return hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(run_job)
+
+
+def run_job(cfg) -> float | None:
+    """One Hydra job (a run, a sweep's trial, or a Ray Tune search)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from rlpar.config.presets import apply_preset, user_set_keys
+    from rlpar.config.validate import ConfigError, validate_config
+    from rlpar.errors import first_line
+    from rlpar.runtime import run_lock
+    from rlpar.runtime.errors import TRAINING_STOPS
+    from rlpar.runtime.resume import config_for_resume
+
+    interrupts.stop_on_signals()  # SIGTERM: the same clean stop as Ctrl-C
+    hydra_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        preset, overrides = None, []
+        if cfg.get("resume"):
+            cfg = config_for_resume(cfg)  # the run's own config: its preset was applied when it started
+        else:
+            hydra = HydraConfig.get()
+            overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
+            preset = apply_preset(cfg, user_set_keys(overrides, dict(hydra.runtime.choices)))
+        validate_config(cfg)  # every problem at once, before anything slow is imported or started
+        if preset:
+            print(preset, flush=True)
+        run_lock.acquire(cfg.run_dir)  # before Ray boots: a second run on this directory is refused at once
+        if cfg.get("search"):
+            from rlpar.search.tune_search import run_search
+
+            best = run_search(cfg, overrides=overrides)
+            return best.get("final")
+        _load_rlpar_while_ray_starts(cfg)
+        from rlpar.runtime.run import run
+
+        final = run(cfg, validated=True)
+    except ConfigError as err:
+        _refuse(err.problems)
+    except run_lock.RunDirInUseError as err:
+        print(f"rlpar: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _exit_interrupted()
+    except TRAINING_STOPS as err:
+        print(f"rlpar: training stopped: {err}", file=sys.stderr)
+        sys.exit(3)
+    except Exception as err:  # a bug, or an environment failing in a way rlpar cannot train through
+        where = "".join(f"; {note}" for note in getattr(err, "__notes__", []))
+        print(f"rlpar: training failed: {type(err).__name__}: {first_line(err)}{where}", file=sys.stderr)
+        sys.exit(3)
+    finally:
+        interrupts.stop_under_way()  # however it ends, nothing cuts the clean-up short
+        _stop_private_ray()
+        _remove_if_empty(hydra_dir)
+    return final.get("episode_return_mean")
+
+
+def _exit_interrupted() -> None:
+    interrupts.stop_under_way()  # first: from here on signals are only noted
+    print("rlpar: interrupted", file=sys.stderr, flush=True)
+    sys.exit(interrupts.INTERRUPTED_EXIT_CODE)
+
+
+def _stop_private_ray() -> None:
+    """The private Ray instance and all its processes, also when a signal came before any
+    sampler adopted it (a no-op when none runs)."""
+    if "rlpar.cluster.connection" in sys.modules:
+        sys.modules["rlpar.cluster.connection"].stop_private_instance()
+
+
+def _refuse(problems: list[str]) -> None:
+    """One problem, one line; several, one line each under a heading."""
+    text = problems[0] if len(problems) == 1 else "\n  " + "\n  ".join(problems)
+    print(f"rlpar: invalid config: {text}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _remove_if_empty(hydra_dir: Path) -> None:
+    """Hydra creates its output folder before rlpar runs: gone again if the run refused to start,
+    or wrote elsewhere (`run_dir=...`). Its date folder and outputs/ go too, if left empty."""
+    for folder in (hydra_dir, hydra_dir.parent, hydra_dir.parent.parent):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (a run's files, other runs), or already gone
+            return
+
+
+def _load_rlpar_while_ray_starts(cfg) -> None:
+    """For a private Ray instance: import torch and the trainer in a thread while Ray boots."""
+    if not str(cfg.parallel.get("_target_", "")).endswith("DistributedSampler") or cfg.ray.address:
+        return
+    from rlpar.cluster.connection import start_private_instance_early
+
+    loader = threading.Thread(target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True,
+                              name=LOADER_THREAD)
+    loader.start()
+    start_private_instance_early(num_cpus=cfg.ray.num_cpus, object_store_mb=cfg.ray.object_store_mb)
+    loader.join()
+
+
+def _leave_past_background_torch(code) -> None:
+    """A run that ends while a thread still works in torch leaves at once, everything else being
+    closed: the interpreter's normal shutdown would tear torch down under it (an abort under a
+    compile, a traceback under an import). Such a thread is the learner compiling in the
+    background (a short or interrupted run; waiting could take half a minute), or the import of
+    rlpar's trainer while Ray boots (a run interrupted twice then)."""
+    compiled = sys.modules.get("rlpar.learning.compiled")  # not (yet) imported: nothing compiles
+    compiling = getattr(compiled, "compiling_in_background", lambda: False)()
+    importing = any(thread.name == LOADER_THREAD and thread.is_alive() for thread in threading.enumerate())
+    if compiling or importing:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else int(code is not None))
+
+
+# -- evaluate ----------------------------------------------------------------------------------
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes in one line (exit 2), not argparse's usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} ({self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of episodes (0 or more), got {text!r}")
+    return value
+
+
+def evaluate(argv: list[str]) -> int:
+    parser = _OneLineParser(
+        prog="rlpar evaluate",
+        description="Run the deterministic policy of a run's newest checkpoint on fresh environments: print the "
+                    "returns, append them to RUN_DIR/evaluations.jsonl and TensorBoard (and W&B for a logger=wandb "
+                    "run), and record videos in RUN_DIR/videos/.")
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)")
+    parser.add_argument("--episodes", type=_positive_int, default=10, metavar="N", help="episodes to run (default 10)")
+    parser.add_argument("--video", action=argparse.BooleanOptionalAction, default=True,
+                        help="record MP4 videos with render_mode=rgb_array (default: on)")
+    parser.add_argument("--video-episodes", type=_count, default=1, metavar="K",
+                        help="how many of the episodes, the first ones, to record (default 1)")
+    parser.add_argument("--seed", type=int, default=None, metavar="S",
+                        help="seed of the first episode, S+i of episode i (default: the run's seed + 10000, as "
+                             "training's own final evaluation)")
+    args = parser.parse_args(argv)
+    interrupts.exit_at_once_on_signals()  # while torch and Gymnasium load
+    from rlpar.errors import first_line
+    from rlpar.runtime.evaluate_run import EvaluateError, evaluate_run
+
+    interrupts.stop_on_signals()
+    try:
+        result = evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed,
+                              video_episodes=min(args.video_episodes, args.episodes) if args.video else 0)
+    except EvaluateError as err:
+        print(f"rlpar: evaluate: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        interrupts.stop_under_way()
+        print("rlpar: interrupted", file=sys.stderr)
+        return interrupts.INTERRUPTED_EXIT_CODE
+    except Exception as err:  # an environment or a library failing: named in one line
+        print(f"rlpar: evaluate failed: {type(err).__name__}: {first_line(err)}", file=sys.stderr)
+        return 1
+    finally:
+        interrupts.ignore_signals()
+    print(result["summary"])
+    for video in result["videos"]:
+        print(f"video: {video}")
+    return 0
+
+
+# -- report ------------------------------------------------------------------------------------
+def report(argv: list[str]) -> int:
+    from rlpar.report import main as report_main
+
+    try:
+        report_main(argv, prog="rlpar report")
+    except KeyboardInterrupt:
+        print("rlpar: interrupted", file=sys.stderr)
+        return interrupts.INTERRUPTED_EXIT_CODE
+    return 0

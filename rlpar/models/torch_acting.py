@@ -1,0 +1,76 @@
+"""Acting copies that run the learner's torch module (float32) instead of numpy, for the large
+CNN encoders (`acting=torch`, and what `auto` picks for `nature` and `impala`; the measurements
+behind that choice are in numpy_cnn.py). Actions are chosen by the same numpy maths as the
+numpy copies (PolicyChoice, EpsilonGreedyChoice).
+
+The trade-off: float32 convolutions round differently for different batch sizes (measured: a
+row alone and the same row in a batch of 8 differ in ~45% of their outputs, by ~1e-6 relative),
+so a run's batches then depend on how its environments are split over workers (the same split
+and seed still repeat). The numpy float64 copies give bit-identical batches however the
+environments are split.
+
+torch is imported here only when such a copy is made. A worker runs it on one thread: a
+subprocess (`parallel=multiprocess`, forked with torch already imported) or a process that had not
+imported torch yet (a Ray env runner); in the learner's own process (`parallel=local`, central
+inference on a CPU, evaluation) the learner's setting is left alone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import numpy as np
+
+from rlpar.models.numpy_acting import EpsilonGreedyChoice, PolicyChoice
+
+
+class TorchActing:
+    """`outputs` from a CPU copy of `spec.build()`, loaded from the state dict of numpy arrays."""
+
+    def _init_module(self, spec) -> None:
+        worker = "torch" not in sys.modules or multiprocessing.parent_process() is not None
+        import torch
+
+        if worker:  # a process that had no torch yet (a Ray env runner), or a worker subprocess
+            torch.set_num_threads(1)
+        self.torch = torch
+        self.module = spec.build().requires_grad_(False).eval()
+        self.module_keys = set(self.module.state_dict())
+
+    def _load(self, weights: dict) -> None:
+        torch = self.torch
+        state = {k: torch.tensor(np.asarray(v)) for k, v in weights.items() if k in self.module_keys}
+        self.module.load_state_dict(state)
+
+    def outputs(self, obs: np.ndarray) -> tuple:
+        """The module's acting outputs, as float64 arrays (what `choose` takes)."""
+        with self.torch.inference_mode():
+            outputs = self.module.acting_outputs(self.torch.as_tensor(obs))
+        return tuple(o.numpy().astype(np.float64) for o in outputs)
+
+
+class TorchPolicy(TorchActing, PolicyChoice):
+    """An actor-critic acting with its torch module (images: `normalize` is the identity)."""
+
+    def __init__(self, spec):
+        PolicyChoice.__init__(self, spec.action)
+        self.spec = spec
+        self._init_module(spec)
+
+    def set_weights(self, weights: dict) -> None:
+        self._load(weights)
+        self.set_choice_weights(weights)
+
+
+class TorchQPolicy(TorchActing, EpsilonGreedyChoice):
+    """A Q-network acting ε-greedily with its torch module."""
+
+    def __init__(self, spec, env_ids=None):
+        EpsilonGreedyChoice.__init__(self, env_ids)
+        self.spec = spec
+        self._init_module(spec)
+
+    def set_weights(self, weights: dict) -> None:
+        self._load(weights)
+        self.set_choice_weights(weights)

@@ -1,0 +1,191 @@
+"""`rlpar evaluate RUN_DIR`: the deterministic policy of a run's newest checkpoint, on fresh
+environments seeded away from training's, with videos.
+
+Reads only what a run directory holds: `config.yaml` (the environment and the network) and the
+newest checkpoint that verifies (weights only: `torch.load(weights_only=True)`, no pickle is
+unpickled, so any run directory can be evaluated). Nothing is trained and no worker is started.
+Writes:
+- `videos/<checkpoint>-seed<S>-episode-<i>.mp4`: the first episodes, through Gymnasium's
+  RecordVideo (render_mode=rgb_array);
+- one row per evaluation in `evaluations.jsonl` (returns, lengths, checkpoint, seed, videos);
+- the eval scalars and the first video (a GIF) to TensorBoard, at the checkpoint's env step;
+- with `logger=wandb`, the same to a W&B run of job type `evaluate` (offline by default).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+EVAL_SEED_OFFSET = 10_000  # the Trainer's own final evaluation uses seed + 10_000 too
+VIDEO_DIR = "videos"
+EVALUATIONS_FILE = "evaluations.jsonl"
+
+
+class EvaluateError(Exception):
+    """What makes a run impossible to evaluate, in one line; `exit_code` 2 for a bad run
+    directory or checkpoint, 1 for what this machine or environment lacks."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int = 1, seed: int | None = None,
+                 tensorboard: bool = True, wandb: bool | None = None, max_steps: int = 100_000) -> dict:
+    """Evaluate the newest checkpoint of `run_dir` for `episodes` episodes, recording the first
+    `video_episodes` of them; returns the metrics, per-episode returns, checkpoint and video paths,
+    and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it."""
+    from rlpar.envs.factory import check_env_exists, resolve_env_spec
+    from rlpar.errors import first_line
+    from rlpar.logging.tags import tag_for
+    from rlpar.runtime.evaluation import checkpoint_policy_weights, evaluate_policy
+
+    run_dir = Path(run_dir)
+    config = _run_config(run_dir)
+    checkpoint, state = _newest_checkpoint(run_dir)
+    env_spec = resolve_env_spec(**config["env"])
+    problem = check_env_exists(env_spec)
+    if problem:
+        where = " (run rlpar evaluate from the directory the run was trained in)" if env_spec.entry_point else ""
+        raise EvaluateError(f"{problem}{where}")
+    policy_spec = _policy_spec(config, env_spec)
+    try:
+        weights = checkpoint_policy_weights(state["algorithm"])
+    except (KeyError, TypeError) as err:
+        raise EvaluateError(f"{checkpoint}: holds no policy weights ({err})") from None
+    seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
+    iteration, env_steps = int(state["iteration"]), int(state["env_steps"])
+
+    prefix = f"{checkpoint.stem}-seed{seed}"
+    video_dir = run_dir / VIDEO_DIR
+    record = _video_recorder(video_dir, prefix, video_episodes) if video_episodes > 0 else None
+    per_episode: list = []
+    try:
+        metrics = evaluate_policy(weights, policy_spec=policy_spec, env_spec=env_spec, num_episodes=episodes,
+                                  seed=seed, max_steps=max_steps, render_mode="rgb_array" if record else None,
+                                  wrap_env=record, episodes=per_episode)
+    except TypeError as err:  # a class of the user's that takes no render_mode
+        if record and "render_mode" in str(err):
+            raise EvaluateError(f"the environment cannot render frames for a video ({first_line(err)}): "
+                                f"pass --no-video", 1) from None
+        raise
+    returns = [float(r) for r, _ in per_episode]
+    lengths = [int(n) for _, n in per_episode]
+    metrics["eval_length_mean"] = float(np.mean(lengths))
+    videos = sorted(video_dir.glob(f"{prefix}-episode-*.mp4"), key=_episode_number) if record else []
+    if record and not videos:
+        raise EvaluateError(f"no video was written to {video_dir} (the environment rendered no frames)", 1)
+
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": checkpoint.name, "iteration": iteration,
+           "env_steps": env_steps, "seed": seed, **metrics, "returns": returns, "lengths": lengths,
+           "videos": [str(v.relative_to(run_dir)) for v in videos]}
+    with open(run_dir / EVALUATIONS_FILE, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+    scalars = {tag_for(k): float(v) for k, v in metrics.items() if k != "eval_episodes"}
+    first_video = videos[0] if videos else None
+    if tensorboard:
+        from rlpar.logging.video import log_to_tensorboard
+
+        log_to_tensorboard(run_dir / "tensorboard", step=env_steps, scalars=scalars, video=first_video)
+    wandb_options = (config.get("logger") or {}).get("wandb")
+    if wandb or (wandb is None and wandb_options):
+        from rlpar.logging.video import log_to_wandb
+
+        log_to_wandb(run_dir, config, dict(wandb_options or {}), step=env_steps, scalars=scalars,
+                     video=first_video, name=f"evaluate-{prefix}")
+
+    shown = " ".join(f"{r:g}" for r in returns)
+    summary = (f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
+               f"{episodes} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
+    return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary}
+
+
+def _run_config(run_dir: Path) -> dict:
+    import yaml
+
+    if not run_dir.exists():
+        raise EvaluateError(f"'{run_dir}' does not exist")
+    if not run_dir.is_dir():
+        raise EvaluateError(f"'{run_dir}' is a file; give the run directory (the one holding config.yaml and checkpoints/)")
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise EvaluateError(f"'{run_dir}' is not an rlpar run directory (it has no config.yaml)")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise EvaluateError(f"'{path}' cannot be read ({type(err).__name__})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("env"), dict) or not isinstance(config.get("model"), dict):
+        raise EvaluateError(f"'{path}' is not an rlpar run's config (no env and model sections)")
+    if config.get("search"):
+        raise EvaluateError(f"'{run_dir}' is a search; evaluate one of its trials: {run_dir / 'trials'}/<trial>")
+    return config
+
+
+def _newest_checkpoint(run_dir: Path):
+    from rlpar.runtime.checkpoint import latest_valid_checkpoint
+
+    damaged: list = []
+    found = latest_valid_checkpoint(run_dir, damaged)
+    if found is None and not damaged:
+        raise EvaluateError(f"'{run_dir}' has no checkpoint to evaluate (checkpoints/ is empty or missing)")
+    if found is None:
+        raise EvaluateError(f"'{run_dir}': its {len(damaged)} checkpoint(s) are all damaged or unreadable "
+                            f"(newest: {damaged[0][1]})")
+    for path, reason in damaged:
+        print(f"rlpar: skipped checkpoint {path.name} ({reason}); evaluating {found[0].name}", flush=True)
+    return found
+
+
+def _policy_spec(config: dict, env_spec):
+    """The network the run trained, described exactly as build_trainer does."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from rlpar.config.validate import ConfigError
+    from rlpar.runtime.build import probe_policy_spec
+
+    model = config["model"]
+    try:
+        spec, _ = probe_policy_spec(env_spec, instantiate(OmegaConf.create(model), _partial_=True, _convert_="all"),
+                                    normalize_obs=model.get("normalize_obs"))
+    except ConfigError as err:
+        raise EvaluateError("; ".join(err.problems)) from None
+    return spec
+
+
+def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):
+    """Gymnasium's RecordVideo around the evaluation env, recording its first episodes."""
+    if importlib.util.find_spec("moviepy") is None:
+        raise EvaluateError("videos need MoviePy, which is not installed: pip install 'rlpar[video]' "
+                            "(or pass --no-video)", 1)
+    # Frames are rendered into arrays: no window and no sound device (SDL would complain of both)
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    video_dir.mkdir(parents=True, exist_ok=True)
+    for old in video_dir.glob(f"{prefix}-episode-*.mp4"):  # an earlier evaluation of this checkpoint and seed
+        old.unlink()
+
+    def record(env):
+        import gymnasium as gym
+
+        if env.render_mode != "rgb_array":
+            modes = env.metadata.get("render_modes") or []
+            raise EvaluateError(f"the environment cannot render frames for a video (render_mode "
+                                f"{env.render_mode!r}; it offers {modes}): pass --no-video", 1)
+        with warnings.catch_warnings():  # "Overwriting existing videos": only this prefix's, removed above
+            warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
+            return gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda episode: episode < video_episodes,
+                                            name_prefix=prefix, disable_logger=True)
+
+    return record
+
+
+def _episode_number(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])
