@@ -108,3 +108,30 @@ def test_car_racing_builds_a_cnn_not_a_27648_input_mlp(make_cfg, tmp_path):
         assert max(p.shape[-1] for p in model.parameters()) < 27_648  # no layer reads the flat image
     finally:
         trainer.close()
+
+
+def test_ape_x_actors_prioritise_with_a_torch_acting_copy_as_with_numpy():
+    """Ape-X's actors on images (a CNN Q-network): the torch copy's initial priorities are the
+    numpy copy's, to float32 rounding."""
+    import gymnasium as gym
+
+    from rlpar.models.q_spec import QNetworkSpec
+    from rlpar.replay.actor import PrioritizingWorker
+
+    env = gym.make(GRID)
+    fields = dict(**describe_observation_space(env.observation_space).as_kwargs(),
+                  action=describe_action_space(env.action_space), hidden_sizes=(32,))
+    weights = None
+    priorities = {}
+    for acting in ("numpy", "torch"):
+        spec = QNetworkSpec(**fields, acting=acting)
+        if weights is None:
+            weights = {k: v.numpy() for k, v in spec.build().state_dict().items()} | {"epsilon": 0.5}
+        worker = PrioritizingWorker(env_spec=EnvSpec(id=GRID), policy_spec=spec, num_envs=2, rollout_length=8, seed=3,
+                                    n_step=3, gamma=0.99)
+        worker.set_weights(weights, 1)
+        batch = worker.sample()
+        worker.close()
+        priorities[acting] = batch.extras["priorities"][0]
+    assert len(priorities["numpy"]) > 0 and priorities["numpy"].std() > 0
+    np.testing.assert_allclose(priorities["torch"], priorities["numpy"], rtol=1e-4, atol=1e-6)

@@ -36,6 +36,7 @@ class A2C(Algorithm):
         max_grad_norm: float = 0.5,
         normalize_advantages: bool = False,
         reward_scale: float = 1.0,
+        reward_clip: float | None = None,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
@@ -44,7 +45,8 @@ class A2C(Algorithm):
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
         (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
+                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
+                         reward_clip=reward_clip)
         self.objective = ActorCriticLoss(gamma=gamma, advantage=advantage, n_steps=n_steps, gae_lambda=gae_lambda,
                                          value_coef=value_coef, entropy_coef=entropy_coef,
                                          normalize_advantages=normalize_advantages)

@@ -41,13 +41,13 @@ class A3C(A2C):
     max_policy_lag = None
     worker_class = GradientWorker
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
-    # Workers compute the loss on raw rewards (x reward_scale): no shared running statistics.
+    # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.
     KEYWORDS_NOT_FORWARDED = ("normalize_rewards",)
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
         return {"objective": ActorCriticLoss(**{k: algo_config[k] for k in OBJECTIVE_KEYS}),
-                "reward_scale": algo_config["reward_scale"]}
+                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip")}
 
     def __init__(self, *, server_sync_interval: int = 10, **a2c_kwargs):
         """`a2c_kwargs`: A2C's hyper-parameters (the workers take the objective's from the config,

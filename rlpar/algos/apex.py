@@ -45,12 +45,13 @@ class ApeX(DQN):
     max_policy_lag = None
     worker_class = PrioritizingWorker
     # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
-    # write raw rewards.
+    # write raw rewards (clipped when reward_clip is set), unscaled.
     KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale")
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
-        return {"n_step": algo_config["n_step"], "gamma": algo_config["gamma"]}
+        return {"n_step": algo_config["n_step"], "gamma": algo_config["gamma"],
+                "reward_clip": algo_config.get("reward_clip")}
 
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""

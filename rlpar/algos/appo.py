@@ -54,13 +54,15 @@ class APPO(Algorithm):
         target_update_every: int = 4,
         batches_per_update: int = 1,
         reward_scale: float = 1.0,
+        reward_clip: float | None = None,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
     ):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
+                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
+                         reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from rlpar.learning.reward_normalizer import RewardNormalizer
+from rlpar.learning.rewards import clip_rewards
 from rlpar.learning.step import GuardedStep, linear_schedule
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
@@ -50,7 +51,7 @@ class Algorithm(ABC):
         return {}
 
     def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", gamma: float,
-                 reward_scale: float = 1.0, normalize_rewards: bool = False):
+                 reward_scale: float = 1.0, normalize_rewards: bool = False, reward_clip: float | None = None):
         torch.manual_seed(seed)
         self.sampler = sampler
         self.policy_spec = policy_spec
@@ -61,6 +62,7 @@ class Algorithm(ABC):
         self.version = 0  # updates so far: the policy version that acting data carries
         self.steps_seen = 0
         self.reward_scale = reward_scale
+        self.reward_clip = reward_clip
         self.reward_normalizer = RewardNormalizer(gamma=gamma, enabled=normalize_rewards)
 
     @abstractmethod
@@ -106,11 +108,11 @@ class Algorithm(ABC):
         return self.version
 
     def learning_rewards(self, batch: Batch) -> np.ndarray:
-        """The rewards the losses see: divided by the running return's standard deviation
-        (`normalize_rewards`), times `reward_scale`. Call once per arriving batch: it advances
-        the running statistics. Logged returns stay raw."""
-        rewards = self.reward_normalizer(batch.rewards, env_ids=batch.env_ids, terminated=batch.terminated,
-                                         truncated=batch.truncated, valid=batch.valid)
+        """The rewards the losses see: clipped to [-reward_clip, reward_clip], divided by the
+        running return's standard deviation (`normalize_rewards`), times `reward_scale`. Call once
+        per arriving batch: it advances the running statistics. Logged returns stay raw."""
+        rewards = self.reward_normalizer(clip_rewards(batch.rewards, self.reward_clip), env_ids=batch.env_ids,
+                                         terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid)
         return rewards * np.float32(self.reward_scale)
 
     def set_optimizer(self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int) -> None:

@@ -44,6 +44,7 @@ class IMPALA(Algorithm):
         max_grad_norm: float = 40.0,
         batches_per_update: int = 1,
         reward_scale: float = 1.0,
+        reward_clip: float | None = None,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
@@ -51,7 +52,8 @@ class IMPALA(Algorithm):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
         valid steps of a batch vary) (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards)
+                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
+                         reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)

@@ -178,6 +178,7 @@ def _check_algo(c: _Checker, workers, envs_per_worker) -> None:
     number("max_grad_norm", low=0, low_open=True)
     number("epochs", integer=True, low=1)
     number("reward_scale", low=0, low_open=True)
+    number("reward_clip", low=0, low_open=True, optional=True)
     number("max_consecutive_nonfinite", integer=True, low=1, optional=True)
     number("target_kl", low=0, low_open=True, optional=True)
     number("value_clip", low=0, low_open=True, optional=True)

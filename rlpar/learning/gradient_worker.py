@@ -16,12 +16,13 @@ import sys
 
 import numpy as np
 
+from rlpar.learning.rewards import clip_rewards
 from rlpar.sampling.batch import raw_obs_moments
 from rlpar.sampling.rollout import RolloutWorker
 
 
 class GradientWorker(RolloutWorker):
-    def __init__(self, *, objective, reward_scale: float = 1.0, **rollout_kwargs):
+    def __init__(self, *, objective, reward_scale: float = 1.0, reward_clip: float | None = None, **rollout_kwargs):
         """`objective`: what the worker differentiates (ActorCriticLoss, NStepQLoss): its
         `model_names` and `loss(models, batch, rewards) -> (loss, statistics)`."""
         own_process = "torch" not in sys.modules  # a worker process of its own, not the learner's
@@ -35,7 +36,7 @@ class GradientWorker(RolloutWorker):
         self.models = {name: self.policy_spec.build() for name in objective.model_names}
         self.model = self.models["model"]
         self.parameters = list(self.model.parameters())
-        self.objective, self.reward_scale = objective, reward_scale
+        self.objective, self.reward_scale, self.reward_clip = objective, reward_scale, reward_clip
         self.acting: dict = {}  # what the acting policy takes beside the weights (ε per environment)
         self.server = None  # a Ray handle of the parameter server (parallel=distributed)
         self.server_generation = -1
@@ -97,7 +98,8 @@ class GradientWorker(RolloutWorker):
     def gradients(self, batch) -> tuple[list[np.ndarray], dict]:
         """The gradient of the objective on this rollout (one array per parameter of the model)
         and the loss's statistics."""
-        loss, stats = self.objective.loss(self.models, batch, batch.rewards * np.float32(self.reward_scale))
+        loss, stats = self.objective.loss(self.models, batch,
+                                           clip_rewards(batch.rewards, self.reward_clip) * np.float32(self.reward_scale))
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         return [p.grad.numpy() for p in self.parameters], stats

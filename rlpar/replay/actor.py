@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from rlpar.learning.rewards import clip_rewards
 from rlpar.replay.nstep import NStepWriter
 from rlpar.sampling.rollout import RolloutWorker
 
@@ -23,8 +24,9 @@ RETRY_S = (0.001, 0.02)  # pause before offering a refused write again: doubling
 
 
 class PrioritizingWorker(RolloutWorker):
-    def __init__(self, *, n_step: int, gamma: float, **rollout_kwargs):
+    def __init__(self, *, n_step: int, gamma: float, reward_clip: float | None = None, **rollout_kwargs):
         super().__init__(**rollout_kwargs)
+        self.reward_clip = reward_clip
         self.writer = NStepWriter(n=n_step, gamma=gamma)
         self.shards: list | None = None
         self.writes_in_flight: list = []  # (shard, its arguments, the request)
@@ -36,7 +38,8 @@ class PrioritizingWorker(RolloutWorker):
 
     def sample(self, out=None):
         batch = super().sample(out)
-        transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=batch.rewards,
+        rewards = clip_rewards(batch.rewards, self.reward_clip)
+        transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=rewards,
                                       terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
                                       env_ids=batch.env_ids, last_obs=batch.last_obs)
         count = len(transitions["actions"])
@@ -50,9 +53,9 @@ class PrioritizingWorker(RolloutWorker):
         return batch
 
     def priorities(self, transitions: dict) -> np.ndarray:
-        q = self.policy.q_values(transitions["obs"])
+        q = self.policy.outputs(transitions["obs"])[0]  # numpy or torch acting copy alike
         taken = q[np.arange(len(q)), transitions["actions"]]
-        bootstrap = self.policy.q_values(transitions["next_obs"]).max(axis=1)
+        bootstrap = self.policy.outputs(transitions["next_obs"])[0].max(axis=1)
         return np.abs(transitions["rewards"] + transitions["discounts"] * bootstrap - taken)
 
     def write(self, transitions: dict, priorities: np.ndarray) -> float:
