@@ -230,24 +230,19 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} ({self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _integer_at_least(low: int, expected: str):
+    """An argparse type: an integer of at least `low`, or one line saying what was `expected`."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of episodes (0 or more), got {text!r}")
-    return value
+    return parse
 
 
 def evaluate(argv: list[str]) -> int:
@@ -257,10 +252,10 @@ def evaluate(argv: list[str]) -> int:
                     "returns, append them to RUN_DIR/evaluations.jsonl and TensorBoard (and W&B for a logger=wandb "
                     "run), and record videos in RUN_DIR/videos/.")
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)")
-    parser.add_argument("--episodes", type=_positive_int, default=10, metavar="N", help="episodes to run (default 10)")
+    parser.add_argument("--episodes", type=_integer_at_least(1, "a positive integer"), default=10, metavar="N", help="episodes to run (default 10)")
     parser.add_argument("--video", action=argparse.BooleanOptionalAction, default=True,
                         help="record MP4 videos with render_mode=rgb_array (default: on)")
-    parser.add_argument("--video-episodes", type=_count, default=1, metavar="K",
+    parser.add_argument("--video-episodes", type=_integer_at_least(0, "a number of episodes (0 or more)"), default=1, metavar="K",
                         help="how many of the episodes, the first ones, to record (default 1)")
     parser.add_argument("--seed", type=int, default=None, metavar="S",
                         help="seed of the first episode, S+i of episode i (default: the run's seed + 10000, as "

@@ -62,6 +62,20 @@ def describe_action_space(space: gym.Space) -> ActionInfo:
     raise TypeError(f"unsupported action space {space}; rlpar handles {SUPPORTED_ACTIONS} actions")
 
 
+def factor_columns(action: ActionInfo) -> np.ndarray | None:
+    """Where each factor's choices sit among a factored action's logits [N, size], for both
+    the learner's network and the acting copies: None when every factor has as many choices (the
+    logits reshape to [N, F, n]); otherwise [F, max n] column indices, with `size` (one past the
+    last column, where the caller appends a padding column of probability 0) beyond a factor's
+    own choices."""
+    nvec = np.asarray(action.nvec, np.int64)
+    if (nvec == nvec[0]).all():
+        return None
+    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    width = int(nvec.max())
+    return np.where(np.arange(width) < nvec[:, None], offsets[:, None] + np.arange(width), action.size)
+
+
 def action_layout(action: ActionInfo, leading: tuple[int, ...]) -> tuple[tuple[int, ...], type]:
     """Shape and dtype of the policy's actions for `leading` dimensions (e.g. [T, N])."""
     if action.factored:

@@ -19,6 +19,7 @@ import math
 import torch
 from torch import nn
 
+from rlpar.envs.spaces import factor_columns
 from rlpar.models.normalizer import ObservationNormalizer
 
 if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
@@ -41,18 +42,14 @@ class ActorCriticBase(nn.Module):
         self.num_outputs = spec.action.size
         self.factored = spec.action.factored
         if self.factored:
-            nvec = torch.tensor(spec.action.nvec)
             # equal factors: the outputs reshape to [N, F, n]; unequal ones are gathered into
             # [N, F, max n], padded with the dtype's lowest value (probability 0, and a finite
             # log-probability, so that 0 * log 0 in the entropy is 0, not NaN)
-            if bool((nvec == nvec[0]).all()):
+            columns = factor_columns(spec.action)
+            if columns is None:
                 self.factor_columns = None
-            else:
-                offsets = torch.cat([torch.zeros(1, dtype=torch.long), nvec.cumsum(0)[:-1]])
-                width = int(nvec.max())
-                columns = offsets[:, None] + torch.arange(width)
-                padded = torch.where(torch.arange(width) < nvec[:, None], columns, spec.action.size)
-                self.register_buffer("factor_columns", padded, persistent=False)  # not in the state dict
+            else:  # not in the state dict
+                self.register_buffer("factor_columns", torch.as_tensor(columns), persistent=False)
 
     def _add_log_std(self) -> None:
         if not self.discrete:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlpar.envs.spaces import ActionInfo
+from rlpar.envs.spaces import ActionInfo, factor_columns
 
 ACTIVATIONS = {
     "tanh": np.tanh,
@@ -81,15 +81,10 @@ class PolicyChoice(NumpyActing):
         self.discrete = action.discrete
         self.log_std = np.zeros(action.size, np.float64)
         if action.factored:
-            nvec = np.asarray(action.nvec, np.int64)
-            self._factor_last = (nvec - 1)[:, None]  # [F, 1]
-            if (nvec == nvec[0]).all():
-                self._factor_columns = None  # logits [N, F * n] reshape to [N, F, n]
-            else:  # gathered into [N, F, max n] with -inf padding (probability 0: draws never land there)
-                offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
-                width = int(nvec.max())
-                columns = offsets[:, None] + np.arange(width)
-                self._factor_columns = np.where(np.arange(width) < nvec[:, None], columns, action.size)
+            self._factor_last = (np.asarray(action.nvec, np.int64) - 1)[:, None]  # [F, 1]
+            # None: logits [N, F * n] reshape to [N, F, n]; otherwise gathered into [N, F, max n]
+            # with -inf padding (probability 0: draws never land there)
+            self._factor_columns = factor_columns(action)
 
     def set_choice_weights(self, weights: dict) -> None:
         """What the choice reads from the weights: the Gaussian's log-standard deviations."""

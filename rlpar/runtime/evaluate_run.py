@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-EVAL_SEED_OFFSET = 10_000  # the Trainer's own final evaluation uses seed + 10_000 too
 VIDEO_DIR = "videos"
 EVALUATIONS_FILE = "evaluations.jsonl"
 
@@ -45,7 +44,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     from rlpar.envs.factory import check_env_exists, resolve_env_spec
     from rlpar.errors import first_line
     from rlpar.logging.tags import tag_for
-    from rlpar.runtime.evaluation import checkpoint_policy_weights, evaluate_policy
+    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, checkpoint_policy_weights, evaluate_policy
 
     run_dir = Path(run_dir)
     config = _run_config(run_dir)

@@ -12,6 +12,8 @@ from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
 from rlpar.models.spec import PolicySpec
 
+EVAL_SEED_OFFSET = 10_000  # evaluation episode i runs on seed + 10_000 + i, away from training's seeds
+
 
 def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec, num_episodes: int, seed: int,
                     max_steps: int = 100_000, render_mode: str | None = None,

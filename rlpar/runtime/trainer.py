@@ -20,7 +20,7 @@ import torch
 from rlpar.envs.atari import frames_per_step
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats
-from rlpar.runtime.evaluation import evaluate_policy
+from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, evaluate_policy
 
 COLLAPSED_STD = 0.02
 log = logging.getLogger("rlpar")
@@ -166,7 +166,7 @@ class Trainer:
         return evaluate_policy(
             self.algorithm.policy_weights(),
             policy_spec=self.algorithm.policy_spec,
-            env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + 10_000
+            env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + EVAL_SEED_OFFSET
         )
 
     def close(self) -> None:
