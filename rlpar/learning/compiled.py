@@ -8,8 +8,9 @@ step, the loss alone compiled ~320 us, the whole step ~274 us, 4 steps a graph ~
 
 Compile cost: 2-7 s from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
 (TORCHINDUCTOR_CACHE_DIR, if you set none), 10-35 s cold, once per machine and shape. PPO
-compiles in a background thread and steps eagerly until the graph is ready; the others compile
-on their first step. `auto` compiles only runs long enough to win even cold.
+compiles after its first (eager) update, in a thread the learner waits for without touching
+torch meanwhile, so that a signal still stops the run at once; the others compile on their first
+step. `auto` compiles only runs long enough to win even cold.
 
 The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
@@ -148,16 +149,17 @@ class CompiledStep:
         self._pending_example: dict | None = None
 
     def compile_in_background(self, example: dict) -> None:
-        """Compile for minibatches like `example` (tensors with a leading dimension of `unroll`)
-        in a thread, on copies of the state; until it is done, steps run eagerly, so a run never
-        waits for its compile (2-30 s) and a short one finishes before it would have paid.
+        """Compile for minibatches like `example` (tensors with a leading dimension of `unroll`),
+        on copies of the state, once the first update's steps are done (`settle`): a run's first
+        update is never delayed by its compile.
 
-        The thread starts once the first update's steps are done (`settle`), not now. PyTorch's
-        compiler is not thread-safe (pytorch/pytorch#105943, #118260). One test run crashed (a
-        segmentation fault) while the compile traced and the main thread was still starting the
-        sampler and taking its first eager steps, with their first-use imports and
-        initialisation. From the second update on, the main thread only repeats work it has
-        done before."""
+        The compile runs in a thread, and `settle` waits for it: the main thread does no torch
+        work and no sampling meanwhile, only watches for a signal (`interrupts.interrupted`),
+        so that Ctrl-C or SIGTERM stops the run at once rather than after the compile. PyTorch's
+        compiler is not thread-safe (pytorch/pytorch#105943, #118260): two full test runs crashed
+        (segmentation faults in Dynamo's tracing, test_signals.py) while the compile traced and
+        the main thread went on training eagerly and sampling through Ray, once during the first
+        update and once during the second."""
         self._pending_example = example
 
     def _start_compile(self) -> None:
@@ -253,7 +255,8 @@ class CompiledStep:
 
     def settle(self) -> None:
         """Count the non-finite steps since the last call (one device sync per update); after
-        the first update, start the background compile if one is waiting."""
+        the first update, compile if a compile is waiting, and wait for it (see
+        `compile_in_background`)."""
         if self.finite_flags:
             flags = torch.stack(self.finite_flags).tolist()
             self.finite_flags.clear()
@@ -261,3 +264,12 @@ class CompiledStep:
                 self.guard.count(finite)
         if self._pending_example is not None:
             self._start_compile()
+            self._wait_unless_interrupted()
+
+    def _wait_unless_interrupted(self) -> None:
+        """Wait for the compile thread, or until a signal asks the run to stop (steps then stay
+        eager, and main.py leaves past the still-compiling thread with os._exit)."""
+        from rlpar.runtime.interrupts import interrupted
+
+        while self._compiling.is_alive() and not interrupted():
+            self._compiling.join(0.05)
