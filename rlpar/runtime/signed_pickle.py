@@ -2,8 +2,9 @@
 
 Environment state has no common format, so exact resume has to pickle it, and unpickling runs
 whatever code the bytes name. Like Jupyter's trusted notebooks, each pickle is signed with
-HMAC-SHA256 under a secret key that only this user can read (created on first use, mode 0600),
-and the signature is checked before a single byte is unpickled. A checkpoint handed over by
+HMAC-SHA256 under a secret key that only this user can read (created on first use, mode 0600,
+written whole; an empty, short or shared key is never used: rlpar.secret_files), and the
+signature is checked before a single byte is unpickled. A checkpoint handed over by
 someone else, or altered on disk, therefore never executes anything: its environment state is
 refused, and the run can be resumed without it (`resume_envs=false`).
 """
@@ -16,6 +17,8 @@ import os
 import pickle
 import secrets
 from pathlib import Path
+
+from rlpar.secret_files import SecretFileError, create_secret, read_secret
 
 KEY_ENV = "RLPAR_KEY_FILE"
 SIGNED_PICKLE = "signed_pickle"  # in a checkpoint: {signed_pickle: uint8 tensor, hmac_sha256: str}
@@ -35,21 +38,24 @@ def key_path() -> Path:
 
 
 def user_key(*, create: bool) -> bytes | None:
-    """The secret key; made (readable by this user only) when `create` and there is none yet."""
+    """The secret key; made (readable by this user only) when `create` and there is none yet, or
+    only an empty file (what a full disk left). A key that cannot sign safely (short, not hex,
+    open to other users, not a file) raises SecretFileError: never used, never replaced."""
     path = key_path()
+    text = read_secret(path, what="checkpoint key", min_chars=2 * KEY_BYTES, hex_only=True)
+    if text is None and create:
+        create_secret(path, secrets.token_hex(KEY_BYTES))
+        text = read_secret(path, what="checkpoint key", min_chars=2 * KEY_BYTES, hex_only=True)
+    return bytes.fromhex(text) if text is not None else None
+
+
+def key_problem() -> str | None:
+    """Why the key file cannot be used, in one line (checked before a run starts), or None."""
     try:
-        return bytes.fromhex(path.read_text().strip())
-    except FileNotFoundError:
-        if not create:
-            return None
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:  # O_EXCL: two runs starting at once must not each write a different key
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return bytes.fromhex(path.read_text().strip())
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_hex(KEY_BYTES) + "\n")
-    return bytes.fromhex(path.read_text().strip())
+        user_key(create=False)
+    except SecretFileError as err:
+        return str(err)
+    return None
 
 
 def _signature(key: bytes, data: bytes) -> str:
@@ -64,7 +70,10 @@ def dumps_signed(obj) -> tuple[bytes, str]:
 
 def verify(data: bytes, signature) -> None:
     """Raise UntrustedPickleError unless `signature` is this user's signature of `data`."""
-    key = user_key(create=False)
+    try:
+        key = user_key(create=False)
+    except SecretFileError as err:  # an unusable key verifies nothing
+        raise UntrustedPickleError(str(err)) from None
     if not isinstance(signature, str) or key is None or not hmac.compare_digest(_signature(key, data), signature):
         reason = "it is not signed" if not isinstance(signature, str) else (
             f"there is no key at {key_path()}" if key is None else f"its signature does not match the key at {key_path()}"
