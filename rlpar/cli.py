@@ -130,10 +130,15 @@ def run_job(cfg) -> float | None:
             hydra = HydraConfig.get()
             overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
             preset = apply_preset(cfg, user_set_keys(overrides, dict(hydra.runtime.choices)))
+        new_run = not cfg.get("resume")
+        if problem := _run_dir_refusal(cfg, new_run=new_run):  # at once, before the slower validation
+            raise run_lock.RunDirInUseError(problem)
         validate_config(cfg)  # every problem at once, before anything slow is imported or started
+        run_lock.acquire(cfg.run_dir, new_run=new_run)  # before Ray boots
+        if Path(cfg.run_dir).resolve() != hydra_dir.resolve():
+            _remove_if_empty(hydra_dir)  # now: a run killed later must not leave Hydra's empty folder behind
         if preset:
             print(preset, flush=True)
-        run_lock.acquire(cfg.run_dir)  # before Ray boots: a second run on this directory is refused at once
         if cfg.get("search"):
             from rlpar.search.tune_search import run_search
 
@@ -160,8 +165,21 @@ def run_job(cfg) -> float | None:
     finally:
         interrupts.stop_under_way()  # however it ends, nothing cuts the clean-up short
         _stop_private_ray()
+        run_lock.release_all()
         _remove_if_empty(hydra_dir)
     return final.get("episode_return_mean")
+
+
+def _run_dir_refusal(cfg, *, new_run: bool) -> str | None:
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlpar.runtime import run_lock
+
+    try:
+        run_dir = cfg.run_dir
+    except OmegaConfBaseException:  # validation names it
+        return None
+    return run_lock.refusal(run_dir, new_run=new_run) if isinstance(run_dir, str) and run_dir else None
 
 
 def _exit_interrupted() -> None:

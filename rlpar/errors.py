@@ -5,3 +5,17 @@ def first_line(err: Exception) -> str:
     """The first line of an exception's message: enough to name a failure in one line."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+class EnvironmentFailedError(RuntimeError):
+    """An environment rlpar cannot train on: it broke its contract, or kept raising past its
+    rebuild limit. Stops the run in one line (with a checkpoint) on every sampler alike."""
+
+
+SHOWN_CHARS = 60  # of a value quoted in a message
+
+
+def shown(value) -> str:
+    """`value` as a one-line message quotes it: its repr, cut short (a 10 KB id is not echoed whole)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 3]}... ({len(text)} characters)"

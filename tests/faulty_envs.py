@@ -4,6 +4,8 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 
@@ -90,3 +92,44 @@ class NaNAfterCartPole(_CountingCartPole):
         if self.steps >= self.nan_after:
             obs = obs * float("nan")
         return (obs, *rest)
+
+
+_STEPS_IN_THIS_PROCESS = [0]
+
+
+class BreaksForGoodCartPole(CartPoleEnv):
+    """Raises on every step once this process has stepped such environments `break_after` times
+    in all: rebuilt ones too (a simulator that has crashed for good)."""
+
+    def __init__(self, break_after: int = 500):
+        super().__init__()
+        self.break_after = break_after
+
+    def step(self, action):
+        _STEPS_IN_THIS_PROCESS[0] += 1
+        if _STEPS_IN_THIS_PROCESS[0] > self.break_after:
+            raise RuntimeError(f"simulator lost after {self.break_after} steps")
+        return super().step(action)
+
+
+class BadOutputAfterCartPole(_CountingCartPole):
+    """From its `after`-th step on returns `what`: an observation of the wrong shape, an array
+    reward or a string reward (a contract broken later than validation looks)."""
+
+    def __init__(self, after: int = 100, what: str = "shape"):
+        super().__init__()
+        self.after, self.what = after, what
+
+    def _fail_maybe(self):
+        pass
+
+    def step(self, action):
+        obs, reward, *rest = super().step(action)
+        if self.steps >= self.after:
+            if self.what == "shape":
+                obs = obs[:3]
+            elif self.what == "array_reward":
+                reward = np.array([reward, reward])
+            else:
+                reward = str(reward)
+        return (obs, reward, *rest)

@@ -89,6 +89,27 @@ CASES = {
     "ray_address_auto_from_dead_variable": Case(
         DISTRIBUTED_ON_CLUSTER, "ray.address", "RAY_ADDRESS", env={"RAY_ADDRESS": DEAD_ADDRESS}
     ),
+    # Every input bounded (issue 24): sizes against the machine, seeds, counts and id lengths.
+    "seed_beyond_what_seeds_take": Case([f"seed={2**70}"], "seed", "out of range (must be <= 2147483647)"),
+    "seed_as_an_expression": Case(["seed=2**70"], "seed", "expected an integer, got '2**70'"),
+    "negative_eval_episodes": Case(["eval_episodes=-1"], "eval_episodes", "out of range"),
+    "ten_kilobyte_env_id": Case([f"env.id={'A' * 10240}"], "env.id", "10240 characters long"),
+    "forked_workers_beyond_memory": Case(["parallel=multiprocess", "workers=10000"], "workers",
+                                         "cannot run on this machine: memory"),
+    "ray_workers_beyond_memory": Case(["parallel=distributed", "workers=10000"], "workers",
+                                      "cannot run on this machine: memory"),
+    "a_million_environments_per_worker": Case(["envs_per_worker=1000000"], "envs_per_worker", "out of range"),
+    "more_environments_than_steps": Case(["envs_per_worker=200", "total_steps=100"], "envs_per_worker",
+                                         "more than total_steps (100)"),
+    "array_reward_from_the_first_step": Case(
+        ["env.id=null", "env.entry_point=tests.faulty_envs:BadOutputAfterCartPole", "+env.kwargs.after=1",
+         "+env.kwargs.what=array_reward"], "env", "a reward of type ndarray"),
+    "string_reward_from_the_first_step": Case(
+        ["env.id=null", "env.entry_point=tests.faulty_envs:BadOutputAfterCartPole", "+env.kwargs.after=1",
+         "+env.kwargs.what=string_reward"], "env", "a reward of type str ('1.0')"),
+    "negative_env_restart_limit": Case(["env.max_restarts=-1"], "env.max_restarts", "out of range"),
+    "hydra_run_dir_cannot_be_made": Case(["hydra.run.dir=/proc/rlpar-run"], "hydra.run.dir", "cannot be written"),
+    "run_dir_name_too_long": Case([f"run_dir={'a' * 300}"], "run_dir", "File name too long"),
 }
 SEVERAL = [
     "env.id=NoSuchEnv-v0",

@@ -19,7 +19,7 @@ import torch
 from rlpar.logging.run_log import RunLog
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import Checkpointer, list_checkpoints, load_checkpoint, untrusted_pickles, with_checksums
-from rlpar.runtime.errors import CheckpointError, CheckpointWriteError
+from rlpar.runtime.errors import CheckpointError, CheckpointWriteError, RunDirError
 from rlpar.runtime.run import run
 from rlpar.sampling.errors import NonFiniteObservationError
 from tests.processes import wait_until
@@ -133,6 +133,7 @@ def test_environment_state_signed_with_another_users_key_is_refused(copy_of, tmp
     (problem,) = untrusted_pickles(state)
     assert problem.startswith("sampler.worker.venv: there is no key at")
     (tmp_path / "someone_elses.key").write_text("ab" * 32 + "\n")
+    (tmp_path / "someone_elses.key").chmod(0o600)  # a key open to others is refused before it is compared
     (problem,) = untrusted_pickles(state)
     assert "signature does not match" in problem
 
@@ -168,20 +169,24 @@ def _resume_output(run_dir: Path, tmp_path: Path) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def test_a_second_run_on_one_run_dir_is_refused_at_once(tmp_path):
+def test_a_second_run_on_one_run_dir_is_refused_at_once_even_with_the_lock_file_deleted(tmp_path):
     run_dir = tmp_path / "shared"
     first = main_py("total_steps=200000", "checkpoint.every=5", "checkpoint.keep=2", hydra_dir=run_dir)
     try:
         wait_until(lambda: (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").stat().st_size > 0,
                    first, 60, "a first metrics row")
         config_before = (run_dir / "config.yaml").read_bytes()
-        for args in (["env=acrobot", "seed=2"], [f"resume={run_dir}"]):  # another run, and a resume of this one
-            start = time.monotonic()
-            second = main_py(*args, hydra_dir=run_dir if not args[0].startswith("resume") else tmp_path / "h", )
-            code, stderr = finish(second, timeout=60)
-            assert code != 0 and time.monotonic() - start < 10
-            line = one_line(stderr)
-            assert f"in use by process {first.pid}" in line, line
+        for lock_file in ("kept", "deleted"):  # deleted as a user would, taking it for a stale lock
+            if lock_file == "deleted":
+                (run_dir / ".rlpar.lock").unlink()
+            for args in (["env=acrobot", "seed=2"], [f"resume={run_dir}"]):  # another run, and a resume of this one
+                start = time.monotonic()
+                second = main_py(*args, hydra_dir=run_dir if not args[0].startswith("resume") else tmp_path / "h", )
+                code, stderr = finish(second, timeout=60)
+                assert code == 2 and time.monotonic() - start < 10
+                line = one_line(stderr)
+                holder = f"process {first.pid}" if lock_file == "kept" else "another process"
+                assert f"is in use by {holder}" in line, line
         assert first.poll() is None, "the first run was disturbed"
         code, stderr = finish(first)
     finally:
@@ -197,34 +202,42 @@ def test_a_second_run_on_one_run_dir_is_refused_at_once(tmp_path):
 def test_the_lock_is_held_for_the_run_and_released_after_it(make_cfg, tmp_path):
     from rlpar.runtime import run_lock
 
-    run_lock.acquire(tmp_path / "r")
+    run_lock.acquire(tmp_path / "r", new_run=True)
     with pytest.raises(run_lock.RunDirInUseError, match="another run of this process"):
-        run_lock.acquire(tmp_path / "r")
+        run_lock.acquire(tmp_path / "r", new_run=True)
     run_lock.release(tmp_path / "r")
     assert run(make_cfg("total_steps=256", run_dir=tmp_path / "r"))["iteration"] == 1
     assert not run_lock.holds(tmp_path / "r")  # released at the end: the directory can be resumed
-    run_lock.acquire(tmp_path / "r")
+    assert not (tmp_path / "r" / run_lock.HOLDER_FILE).exists()  # no lock file is left to look stale
+    run_lock.acquire(tmp_path / "r", new_run=False)
     run_lock.release(tmp_path / "r")
 
 
-@pytest.mark.parametrize("how", ["deleted", "replaced"])
-def test_metrics_file_deleted_or_replaced_during_a_run_is_restored(make_cfg, tmp_path, how):
+@pytest.mark.parametrize("how", ["deleted", "replaced", "overwritten in place", "appended to"])
+def test_metrics_file_deleted_replaced_or_overwritten_during_a_run_is_restored(make_cfg, tmp_path, how):
     trainer = build_trainer(make_cfg("total_steps=100000", "checkpoint.every=0", run_dir=tmp_path / "m"))
     try:
         for _ in range(3):
             trainer.train()
         metrics = tmp_path / "m" / "metrics.jsonl"
-        metrics.unlink()
-        if how == "replaced":
-            metrics.write_text("not metrics\n")
+        if how in ("deleted", "replaced"):
+            metrics.unlink()
+        if how != "deleted":
+            with open(metrics, "a" if how == "appended to" else "w") as handle:  # `echo x > metrics.jsonl`: same file
+                handle.write("not metrics\n")
         trainer.train()
     finally:
         trainer.close()
     assert [json.loads(line)["iteration"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4]
     (event,) = [json.loads(line) for line in (tmp_path / "m" / "events.jsonl").read_text().splitlines()]
-    assert event["event"] == "metrics_file_recreated" and event["was"] == how and event["rows"] == 3
-    aside = list((tmp_path / "m").glob("metrics.jsonl.replaced-*"))
-    assert [p.read_text() for p in aside] == (["not metrics\n"] if how == "replaced" else [])
+    was = "written to in place" if how in ("overwritten in place", "appended to") else how
+    assert event["event"] == "metrics_file_recreated" and event["was"] == was and event["rows"] == 3
+    aside = [p.read_text() for p in (tmp_path / "m").glob("metrics.jsonl.replaced-*")]
+    if how == "deleted":
+        assert aside == []
+    else:
+        (found,) = aside
+        assert found.endswith("not metrics\n") and found.count("\n") == (4 if how == "appended to" else 1)
 
 
 def test_a_failed_checkpoint_write_leaves_no_temporary_file_and_keeps_the_others(tmp_path):
@@ -288,3 +301,39 @@ def test_nan_observations_stop_the_run_naming_observations(make_cfg, tmp_path):
     with pytest.raises(NonFiniteObservationError, match=r"NaN or infinite observations \(environment\(s\) 0, 1,"):
         run(cfg)
     assert list_checkpoints(tmp_path / "nan" / "checkpoints"), "no checkpoint written at the stop"
+
+
+FULL_TENSORBOARD = """
+import sys, time
+from pathlib import Path
+from rlpar.config.compose import compose_config
+from rlpar.runtime.build import build_trainer
+from rlpar.runtime.errors import RunDirError
+run_dir = Path(sys.argv[1])
+trainer = build_trainer(compose_config(["progress=false", "total_steps=1000000", "checkpoint.every=0"], run_dir=run_dir))
+trainer.train()
+trainer.logger._tb.flush()
+(events,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+events.unlink()
+events.symlink_to("/dev/full")
+deadline = time.monotonic() + 30  # the writer flushes every 5 s
+try:
+    while time.monotonic() < deadline:
+        trainer.train()
+        time.sleep(0.05)
+except RunDirError as err:
+    print(f"stopped: {err}")
+finally:
+    trainer.close()
+"""
+
+
+def test_a_full_disk_under_tensorboard_stops_the_run_in_one_line(tmp_path):
+    """TensorBoard's events file on /dev/full: its writer thread fails quietly, and the next
+    iteration stops the run with one line, not a thread's traceback (in a process of its own:
+    pytest catches thread exceptions itself)."""
+    proc = subprocess.run([sys.executable, "-c", FULL_TENSORBOARD, str(tmp_path / "tb")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("stopped: cannot write TensorBoard events in") and "No space left" in proc.stdout
+    assert "Traceback" not in proc.stderr and "Exception in thread" not in proc.stderr, proc.stderr

@@ -171,3 +171,18 @@ def test_optuna_sweeper_with_the_ray_launcher_runs_the_documented_tpe_search(tmp
     lrs = [yaml.safe_load((run / "config.yaml").read_text())["algo"]["lr"] for run in sorted(sweep.glob("[0-9]*"))]
     assert len(finals) == 2 and result["best_value"] == max(finals)
     assert result["best_params"]["algo.lr"] == lrs[finals.index(max(finals))] and 0.0005 <= min(lrs) <= max(lrs) <= 0.005
+
+
+def test_a_failed_trials_error_is_kept_in_its_own_run_directory(tmp_path):
+    run_dir = tmp_path / "failing"
+    proc = main_py("search=asha", "search.num_samples=1", "env.id=null", "env.max_episode_steps=500",
+                   "env.entry_point=tests.faulty_envs:BreaksForGoodCartPole", "+env.kwargs.break_after=1000000",
+                   "~search.space.algo.lr", "+search.space.env.kwargs.break_after={grid_search:[200,1000000]}",
+                   *SMALL, "search.max_concurrent_trials=1", "total_steps=1024", "search.scheduler.grace_period=1024",
+                   f"run_dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed, finished = sorted(table(run_dir), key=lambda t: int(t["env.kwargs.break_after"]))
+    assert (failed["status"], finished["status"]) == ("errored", "finished")
+    assert failed["error_file"] == f"{failed['run_dir']}/error.txt" and finished["error_file"] == ""
+    error = (run_dir / failed["error_file"]).read_text()
+    assert "simulator lost after 200 steps" in error and "EnvironmentFailedError" in error

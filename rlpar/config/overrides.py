@@ -20,7 +20,7 @@ def override_problems(overrides: list[str]) -> list[str]:
         except Exception as err:  # Hydra's parse errors, one per kind of syntax mistake
             problems.append(f"{text.partition('=')[0]}: '{text}' is not a valid override ({_parse_reason(err)})")
             continue
-        problem = _group_choice_problem(override, text)
+        problem = _group_choice_problem(override, text) or _hydra_dir_problem(override)
         if problem:
             problems.append(problem)
         parsed.append(override)
@@ -57,6 +57,19 @@ def _group_choice_problem(override, text: str) -> str | None:
         if not isinstance(value, dict):
             return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
     return None
+
+
+HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra makes these itself, with a traceback if it cannot
+
+
+def _hydra_dir_problem(override) -> str | None:
+    from rlpar.config.validate import directory_problem
+
+    value = override.value() if override.key_or_group in HYDRA_DIRS and not override.is_sweep_override() else None
+    if not isinstance(value, str) or "${" in value:  # an interpolation is Hydra's to resolve
+        return None
+    problem = directory_problem(value)
+    return f"{override.key_or_group}: {problem}" if problem else None
 
 
 def _unknown_key_problems(parsed: list) -> list[str]:

@@ -29,7 +29,14 @@ def preset_path(algo_name, env_id) -> Path | None:
     candidates = [PRESET_DIR / str(algo_name) / f"{env_id}.yaml"]
     if "/" in env_id:
         candidates.append(PRESET_DIR / str(algo_name) / f"{env_id.split('/', 1)[0]}.yaml")
-    return next((path for path in candidates if path.is_file()), None)
+    return next((path for path in candidates if _is_file(path)), None)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system: no preset has it (validation names the id)
+        return False
 
 
 def flat_keys(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -13,11 +13,15 @@ def steps_per_env(total_steps: int, *, _root_) -> int:
     return ceil_div(total_steps, int(_root_.workers) * int(_root_.envs_per_worker))
 
 
+ENV_NAME_CHARS = 64  # of a run folder's name, which the file system allows 255 bytes in all
+
+
 def env_name(env_id, entry_point) -> str:
     """The environment trained, as a folder name: `CartPole-v1`, or `MyEnv` for `pkg.mod:MyEnv`
-    (the entry point when both are set: it is what make_env builds)."""
+    (the entry point when both are set: it is what make_env builds). Cut short, so that an
+    absurd id reaches validation, which names it, instead of failing Hydra's mkdir."""
     name = str(entry_point).replace(":", ".").rsplit(".", 1)[-1] if entry_point else (env_id or "env")
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name))
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(name)[:ENV_NAME_CHARS])
 
 
 def register() -> None:

@@ -7,9 +7,17 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlpar.errors import first_line
+from rlpar.errors import first_line, shown
 
 SYNC_MODES = ("auto", "blocking", "non_blocking")
+# Seeds reach numpy, torch, Gymnasium and simulators, some of which take 32-bit signed seeds;
+# environment i of worker replacement g is seeded seed + i + 1,000,003 g.
+MAX_SEED = 2**31 - 1
+MAX_EVAL_EPISODES = 100_000
+MAX_ID_CHARS = 256  # env.id and env.entry_point: a Gymnasium id or an import path
+# One worker steps its environments in one process, as one numpy vector env at best; beyond this
+# its start-up alone takes minutes (about 100 us an environment) while more workers would share it.
+MAX_ENVS_PER_WORKER = 65_536
 
 
 class ConfigError(Exception):
@@ -25,6 +33,7 @@ class _Checker:
         self.cfg = cfg
         self.problems: list[str] = []
         self.unresolved: set[str] = set()
+        self.sizes_refused = False  # the worker count is refused already: no second line about memory
 
     def get(self, key: str):
         """The value as plain Python; None, with the problem noted, when an interpolation fails."""
@@ -46,18 +55,18 @@ class _Checker:
             return None
         kinds = (int,) if integer else (int, float)
         if isinstance(value, bool) or not isinstance(value, kinds):
-            self.problems.append(f"{key}: expected {'an integer' if integer else 'a number'}, got {value!r}")
+            self.problems.append(f"{key}: expected {'an integer' if integer else 'a number'}, got {shown(value)}")
             return None
         if low is not None and (value <= low if low_open else value < low):
-            self.problems.append(f"{key}: {value} is out of range (must be {'>' if low_open else '>='} {low})")
+            self.problems.append(f"{key}: {shown(value)} is out of range (must be {'>' if low_open else '>='} {low})")
         elif high is not None and (value >= high if high_open else value > high):
-            self.problems.append(f"{key}: {value} is out of range (must be {'<' if high_open else '<='} {high})")
+            self.problems.append(f"{key}: {shown(value)} is out of range (must be {'<' if high_open else '<='} {high})")
         return value
 
     def choice(self, key: str, options) -> None:
         value = self.get(key)
         if key not in self.unresolved and value not in options:
-            self.problems.append(f"{key}: {value!r} is not one of {', '.join(map(str, options))}")
+            self.problems.append(f"{key}: {shown(value)} is not one of {', '.join(map(str, options))}")
 
 
 def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
@@ -67,10 +76,16 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
     c = _Checker(cfg)
     _check_known_keys(c)
     _check_run_dir(c)
-    c.number("seed", integer=True, low=0)
-    c.number("total_steps", integer=True, low=1)
+    c.number("seed", integer=True, low=0, high=MAX_SEED)
+    c.number("eval_episodes", integer=True, low=0, high=MAX_EVAL_EPISODES)
+    total_steps = c.number("total_steps", integer=True, low=1)
     workers = c.number("workers", integer=True, low=1)
-    envs_per_worker = c.number("envs_per_worker", integer=True, low=1)
+    envs_per_worker = c.number("envs_per_worker", integer=True, low=1, high=MAX_ENVS_PER_WORKER)
+    if (all(isinstance(n, int) and 1 <= n for n in (total_steps, workers, envs_per_worker))
+            and envs_per_worker <= MAX_ENVS_PER_WORKER and workers * envs_per_worker > total_steps):
+        c.problems.append(f"envs_per_worker: {workers * envs_per_worker} environments (workers {workers} x envs_per_worker "
+                          f"{envs_per_worker}) is more than total_steps ({total_steps}): most would never take a step")
+    _check_machine_limits(c, workers)
     _check_algo(c, workers, envs_per_worker)
     _check_env(c, check_env)
     c.choice("parallel.sync_mode", SYNC_MODES)
@@ -95,6 +110,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True) -> None:
             f"hardware=cluster and ray.address"
         )
     _check_hardware(c)
+    _check_signing_key(c)
     _check_resume(c)
     c.choice("resume_envs", (True, False))
     c.number("checkpoint.every", integer=True, low=0)
@@ -291,6 +307,8 @@ def _check_env(c: _Checker, check_env: bool) -> None:
     c.choice("env.vectorization", VECTORIZATION_MODES)
     c.choice("env.api", API_MODES)
     c.number("env.max_episode_steps", integer=True, low=1, optional=True)
+    c.number("env.max_restarts", integer=True, low=0, optional=True)
+    c.number("env.restart_window_s", low=0, low_open=True, optional=True)
     if not check_env:
         return
     env_cfg = c.get("env")
@@ -320,7 +338,8 @@ def _probe_env(c: _Checker, spec) -> list[str]:
     import gymnasium as gym
     import numpy as np
 
-    from rlpar.envs.factory import make_env
+    from rlpar.envs.contract import observation_problem, reward_problem
+    from rlpar.envs.factory import make_env, vector_mode
     from rlpar.envs.spaces import describe_action_space, describe_observation_space
 
     name = spec.id or spec.entry_point
@@ -336,28 +355,28 @@ def _probe_env(c: _Checker, spec) -> list[str]:
             action = describe_action_space(env.action_space)
         except TypeError as err:
             return [f"env: {err}"]
-        problem = _space_problem(c, name, env, observation, action) or _memory_problem(c, observation, action.size)
+        problem = (_space_problem(c, name, env, observation, action)
+                   or _memory_problem(c, observation, action.size, vector_mode(spec)))
         if problem:
             return [problem]
         space = env.observation_space
         box = isinstance(space, gym.spaces.Box)
-        expected = space.shape if box else ()
         env.action_space.seed(0)
         stage = "reset"
         try:
             obs, _ = env.reset(seed=0)
             for step in range(PROBE_STEPS + 1):
-                got = np.shape(obs) if box else ()  # Dict and Tuple spaces: checked as they are flattened
-                if got != expected:
-                    return [f"env: {name} returned an observation of shape {got} after {stage}, but its "
-                            f"observation_space {space} declares {expected}"]
+                if problem := observation_problem(obs, space):
+                    return [f"env: {name} returned {problem} (at {stage})"]
                 values = obs if box else gym.spaces.flatten(space, obs)
                 if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
                     return [f"env: {name} returned NaN or infinite observations after {stage}"]
                 if step == PROBE_STEPS:
                     break
                 stage = f"step {step + 1}"
-                obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+                if problem := reward_problem(reward):
+                    return [f"env: {name} returned {problem} (at {stage})"]
                 if terminated or truncated:
                     stage = "reset"
                     obs, _ = env.reset()
@@ -403,35 +422,88 @@ def _model_problem(c: _Checker, observation, action) -> str | None:
     return None
 
 
-def _memory_problem(c: _Checker, observation, action_size: int) -> str | None:
+def _memory_problem(c: _Checker, observation, action_size: int, vectorization: str) -> str | None:
     from rlpar.config.resources import estimated_memory_bytes, memory_problem
 
     numbers = [c.get(k) for k in ("workers", "envs_per_worker", "algo.rollout_length")]
     hidden = c.get("model.hidden_sizes")
     if not all(isinstance(n, int) and n >= 1 for n in numbers) or not _positive_integers(hidden):
         return None  # reported on their own
+    if c.sizes_refused:
+        return None
     workers, envs_per_worker, rollout = numbers
     local = str(c.get("parallel._target_") or "").endswith("LocalSampler")
     capacity = c.get("algo.replay.capacity") if "replay" in (_learner_keys(c) or ()) else 0
+    processes, process_bytes = _worker_processes_here(c, workers)
+    object_store = c.get("ray.object_store_mb") if processes and _worker_process_kind(c) == "ray" else 0
     estimate = estimated_memory_bytes(
         obs_dim=observation.obs_dim, obs_dtype=observation.obs_dtype, action_size=action_size, rollout_length=rollout,
-        num_envs=workers * envs_per_worker,
+        num_envs=workers * envs_per_worker, vectorization=vectorization,
         workers=0 if local else workers, hidden_sizes=hidden, copies_of_batch=2 if local else 3,
         replay_capacity=capacity if isinstance(capacity, int) and capacity > 0 else 0,
+        worker_processes=processes, worker_process_bytes=process_bytes,
+        object_store_bytes=object_store * 2**20 if isinstance(object_store, int) else 0,
     )
     return memory_problem(estimate)
+
+
+def _worker_process_kind(c: _Checker) -> str | None:
+    """multiprocess (forked workers), ray (env runners of a private Ray instance on this machine),
+    or None (in the learner's process, or spread over a user's cluster)."""
+    choice = _parallel_choice(str(c.get("parallel._target_") or ""))
+    if choice == "multiprocess":
+        return "multiprocess"
+    return "ray" if choice == "distributed" and not c.get("ray.address") else None
+
+
+def _worker_processes_here(c: _Checker, workers) -> tuple[int, int]:
+    from rlpar.config.resources import WORKER_PROCESS_BYTES
+
+    kind = _worker_process_kind(c)
+    if kind is None or not isinstance(workers, int) or workers < 1:
+        return 0, 0
+    return workers, WORKER_PROCESS_BYTES[kind]
+
+
+def _check_machine_limits(c: _Checker, workers) -> None:
+    """Memory, processes and file descriptors of the worker processes, the first that does not fit
+    named (the whole run's memory is estimated later, with the environment's spaces)."""
+    from rlpar.config.resources import (FDS_BASE, FDS_PER_WORKER, GIB, RAY_DAEMONS, available_memory_bytes,
+                                        file_descriptor_problem, process_problem)
+
+    processes, process_bytes = _worker_processes_here(c, workers)
+    if not processes:
+        return
+    kind = _worker_process_kind(c)
+    needed, available = processes * process_bytes, available_memory_bytes()
+    if needed > 0.9 * available:
+        problem = (f"memory: they need about {needed / GIB:.1f} GiB ({process_bytes // 2**20} MiB each) but "
+                   f"{available / GIB:.1f} GiB is available")
+    else:
+        problem = (process_problem(processes + (RAY_DAEMONS if kind == "ray" else 0))
+                   or file_descriptor_problem(FDS_BASE + FDS_PER_WORKER[kind] * processes))
+    if problem:
+        c.problems.append(f"workers: {workers} worker processes ({kind}) cannot run on this machine: {problem}; "
+                          f"use fewer workers")
+        c.sizes_refused = True
 
 
 def _env_shape_problems(env_cfg: dict) -> list[str]:
     """Wrong types that would make building the environment spec fail with a traceback."""
     problems = [
-        f"env.{key}: expected a string, got {env_cfg[key]!r}"
+        f"env.{key}: expected a string, got {shown(env_cfg[key])}"
         for key in ("id", "entry_point")
         if env_cfg.get(key) is not None and not isinstance(env_cfg[key], str)
     ]
+    problems += [
+        f"env.{key}: {len(env_cfg[key])} characters long, more than the {MAX_ID_CHARS} an id or import path may have "
+        f"({shown(env_cfg[key])})"
+        for key in ("id", "entry_point")
+        if isinstance(env_cfg.get(key), str) and len(env_cfg[key]) > MAX_ID_CHARS
+    ]
     kwargs = env_cfg.get("kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
-        problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {kwargs!r}")
+        problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {shown(kwargs)}")
     return problems
 
 
@@ -447,26 +519,33 @@ def _check_known_keys(c: _Checker) -> None:
 
 
 def _check_run_dir(c: _Checker) -> None:
-    """A run directory that cannot be written would otherwise fail after start-up (Ray: ~9 s).
-    Proven by creating (and removing) a folder where the run directory would go."""
+    run_dir = c.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir:
+        c.problems.append(f"run_dir: expected a path, got {shown(run_dir)}")
+    elif problem := directory_problem(run_dir):
+        c.problems.append(f"run_dir: {problem}")
+
+
+def directory_problem(directory: str) -> str | None:
+    """Why a run could not write into `directory` (run_dir, Hydra's hydra.run.dir), or None: found
+    now rather than after start-up (Ray: ~9 s), by creating and removing a folder where it would go."""
     import os
     import tempfile
 
-    run_dir = c.get("run_dir")
-    if not isinstance(run_dir, str) or not run_dir:
-        c.problems.append(f"run_dir: expected a path, got {run_dir!r}")
-        return
-    path = Path(run_dir).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
+    path = Path(directory).absolute()
+    try:
+        existing = next(p for p in (path, *path.parents) if p.exists())
+    except OSError as err:  # a name longer than the file system allows
+        return f"{shown(directory)} cannot be a directory: {err.strerror or err}"
     if not existing.is_dir():
         what = "is a file, not a directory" if existing == path else f"cannot be created: '{existing}' is a file"
-        c.problems.append(f"run_dir: '{run_dir}' {what}")
-        return
+        return f"'{directory}' {what}"
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".rlpar-write-test-", dir=existing))
     except OSError as err:
         where = "" if existing == path else f" (in '{existing}')"
-        c.problems.append(f"run_dir: '{run_dir}' cannot be written{where}: {err.strerror or err}")
+        return f"'{directory}' cannot be written{where}: {err.strerror or err}"
+    return None
 
 
 def _check_hardware(c: _Checker) -> None:
@@ -496,6 +575,12 @@ def _check_ray_address(c: _Checker) -> None:
         c.problems.append(f"ray.address: {problem}")
 
 
+def _resolved(c: _Checker) -> dict:
+    config = OmegaConf.to_container(c.cfg, resolve=True)
+    config.pop("hydra", None)
+    return config
+
+
 def resume_dir_problem(resume) -> str | None:
     """Why `resume` is not a run directory to continue, or None."""
     run_dir = Path(str(resume))
@@ -506,6 +591,15 @@ def resume_dir_problem(resume) -> str | None:
     if not (run_dir / "config.yaml").is_file():
         return f"resume: '{resume}' is not an rlpar run directory (it has no config.yaml)"
     return None
+
+
+def _check_signing_key(c: _Checker) -> None:
+    """The key that signs environment state in checkpoints: a broken one is named now, not at the
+    first checkpoint (where a run used to stop, keeping none)."""
+    from rlpar.runtime.signed_pickle import key_problem
+
+    if problem := key_problem():
+        c.problems.append(problem)
 
 
 def _check_resume(c: _Checker) -> None:
@@ -520,6 +614,7 @@ def _check_resume(c: _Checker) -> None:
         if not (Path(str(resume)) / "tune").is_dir():
             c.problems.append(f"resume: '{resume}' holds no search state (tune/ is missing)")
         return
+    from rlpar.config.changes import config_mismatches
     from rlpar.runtime.checkpoint import latest_valid_checkpoint, untrusted_pickles
 
     damaged: list = []
@@ -530,6 +625,12 @@ def _check_resume(c: _Checker) -> None:
         c.problems.append(
             f"resume: '{resume}' cannot be resumed: its {len(damaged)} checkpoint(s) are all damaged/unreadable "
             f"(newest: {damaged[0][1]})"
+        )
+    elif isinstance(found[1].get("config"), dict) and (changed := config_mismatches(_resolved(c), found[1]["config"])):
+        c.problems.append(
+            f"resume: {Path(str(resume)) / 'config.yaml'} no longer matches {found[0].name}, whose weights and "
+            f"environments were made with another config: {'; '.join(changed)}. Put those values back, or train "
+            f"them as a new run (a new run_dir)"
         )
     elif c.get("resume_envs") is not False and (untrusted := untrusted_pickles(found[1])):
         c.problems.append(

@@ -36,6 +36,9 @@ class EnvSpec:
     vectorization: str = "auto"
     max_episode_steps: int | None = None
     atari: dict[str, Any] | None = None  # Atari preprocessing for ale-py ids (rlpar/envs/atari.py)
+    # An environment rebuilt more often than this within the window stops the run (recovering.py).
+    max_restarts: int = 100
+    restart_window_s: float = 60.0
     # Where `entry_point`'s module is looked for too, in every process that builds the env (worker
     # subprocesses, Ray actors): the directory rlpar was started in (resolve_env_spec sets it).
     import_dir: str | None = None
@@ -152,7 +155,9 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     Both kinds use Gymnasium's next-step autoreset: the step after an episode ends is a
     reset step whose action is ignored (the rollout marks it invalid). Environments stepped one
     by one (`sync`) are rebuilt when they raise (recovering.py); an exception inside a native
-    vector env fails its worker, which the multiprocess and Ray samplers replace.
+    vector env fails its worker, which the multiprocess and Ray samplers replace. Environments
+    that fail for good, or return what their spaces do not declare, stop the run
+    (EnvironmentFailedError) on every sampler.
     """
     if vector_mode(spec) == "native":
         if _has_seeded_native(spec):
@@ -163,7 +168,9 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
             spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
         )
     build = partial(make_env, spec)
-    return gym.vector.SyncVectorEnv([lambda: RecoveringEnv(build(), build) for _ in range(num_envs)])
+    limits = dict(name=spec.id or spec.entry_point, max_restarts=spec.max_restarts,
+                  restart_window_s=spec.restart_window_s)
+    return gym.vector.SyncVectorEnv([lambda: RecoveringEnv(build(), build, **limits) for _ in range(num_envs)])
 
 
 def env_restarts(venv: gym.vector.VectorEnv) -> int:

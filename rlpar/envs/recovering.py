@@ -1,4 +1,5 @@
-"""Survive an exception inside one environment without losing the worker that steps it.
+"""Survive an exception inside one environment without losing the worker that steps it, but
+never train on an environment that only fails.
 
 A simulator that crashes now and then (a physics blow-up, a lost connection to an external
 program) should cost one episode, not the run. The failed environment is closed and built again;
@@ -6,41 +7,81 @@ the failing step is reported as a truncation at the last good observation, so th
 bootstraps from it as it would at a time limit, and the vector env's autoreset starts a new
 episode in the rebuilt environment. Each rebuild is counted (`restarts`, logged as
 `env_restarts`).
+
+An environment that fails again and again would turn every step into an empty episode: more
+than `max_restarts` rebuilds within `restart_window_s`, or `FAILURES_IN_A_ROW` failures without
+one good step between them (a slow simulator never fills the window), stop the run with
+EnvironmentFailedError naming the environment and its last exception. So does an observation or
+reward that breaks the environment's own contract: no rebuild mends that.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from typing import Callable
 
 import gymnasium as gym
 
+from rlpar.envs.contract import observation_problem, reward_problem
+from rlpar.errors import EnvironmentFailedError, first_line
+
 log = logging.getLogger("rlpar")
 
 RESET_ATTEMPTS = 3  # rebuilds tried in a row before a reset error is passed on
+FAILURES_IN_A_ROW = 10  # step failures with no good step between them: the environment is broken
 RESEED_STRIDE = 1_000_003  # keeps a rebuilt environment's seeds clear of every other environment's
 
 
 class RecoveringEnv(gym.Wrapper):
-    def __init__(self, env: gym.Env, make_env: Callable[[], gym.Env]):
+    def __init__(self, env: gym.Env, make_env: Callable[[], gym.Env], *, name: str = "the environment",
+                 max_restarts: int = 100, restart_window_s: float = 60.0):
         super().__init__(env)
         self._make_env = make_env  # picklable (a partial of the factory), so the vector env is too
+        self.name = name
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
         self.restarts = 0
+        self.steps = 0
+        self._recent: deque[float] = deque()  # times of the rebuilds within the window
+        self._failures_in_a_row = 0
         self._seed: int | None = None
         self._last_obs = None
         self._reseed = False
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (a resume): the clock of the process that pickled it means nothing here."""
+        self.__dict__.update(state)
+        self._recent = deque()
+
     def _rebuild(self, err: Exception) -> None:
         self.restarts += 1
+        self._stop_if_failing_for_good(err)
         if _is_power_of_ten(self.restarts):  # a flaky simulator must not flood the log
-            log.warning("environment raised %s: %s; rebuilt it (rebuild %d of this environment; "
-                        "logged at 1, 10, 100, ... rebuilds)", type(err).__name__, err, self.restarts)
+            log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment; "
+                        "logged at 1, 10, 100, ... rebuilds)", self.name, type(err).__name__, err, self.restarts)
         try:
             self.env.close()
         except Exception:
             pass  # it is broken already
         self.env = self._make_env()
         self._reseed = True
+
+    def _stop_if_failing_for_good(self, err: Exception) -> None:
+        now = time.monotonic()
+        self._recent.append(now)
+        while self._recent and self._recent[0] < now - self.restart_window_s:
+            self._recent.popleft()
+        last = f"last: {type(err).__name__}: {first_line(err)}"
+        if len(self._recent) > self.max_restarts:
+            raise EnvironmentFailedError(
+                f"environment {self.name} raised {len(self._recent)} times within {self.restart_window_s:g} s, more "
+                f"than env.max_restarts={self.max_restarts} per env.restart_window_s; {last}") from err
+        if self._failures_in_a_row >= FAILURES_IN_A_ROW:
+            raise EnvironmentFailedError(
+                f"environment {self.name} raised on {self._failures_in_a_row} steps in a row, rebuilt each time, "
+                f"without one good step; {last}") from err
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
@@ -55,6 +96,7 @@ class RecoveringEnv(gym.Wrapper):
                 if attempt == RESET_ATTEMPTS - 1:
                     raise
                 self._rebuild(err)
+        self._check(obs, 0.0, "reset")
         self._reseed = False
         self._last_obs = obs
         return obs, info
@@ -65,10 +107,19 @@ class RecoveringEnv(gym.Wrapper):
         except Exception as err:
             if self._last_obs is None:
                 raise
+            self._failures_in_a_row += 1
             self._rebuild(err)
             return self._last_obs, 0.0, False, True, {"env_error": f"{type(err).__name__}: {err}"}
+        self.steps += 1
+        self._check(obs, reward, f"step {self.steps}")
+        self._failures_in_a_row = 0
         self._last_obs = obs
         return obs, reward, terminated, truncated, info
+
+    def _check(self, obs, reward, when: str) -> None:
+        problem = reward_problem(reward) or observation_problem(obs, self.observation_space)
+        if problem:
+            raise EnvironmentFailedError(f"environment {self.name} returned {problem} (at {when})")
 
 
 def _is_power_of_ten(n: int) -> bool:

@@ -6,6 +6,8 @@ import json
 import logging
 import math
 import os
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +29,17 @@ def _jsonable(value):
     return value
 
 
+def _quiet_tensorboard_write_errors(args) -> None:
+    """TensorBoard writes from a thread of its own, which printed a traceback when a write failed
+    (a full disk): the error surfaces at the next write anyway, as one line (RunDirError)."""
+    if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread":
+        return
+    _THREAD_EXCEPTHOOK(args)
+
+
+_THREAD_EXCEPTHOOK = threading.excepthook
+
+
 class MetricsLogger:
     def __init__(
         self,
@@ -39,10 +52,17 @@ class MetricsLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.run_dir / "metrics.jsonl"
-        self._jsonl = open(self.jsonl_path, "a+", buffering=1)  # readable: to restore it, see _keep_file
+        self._jsonl = open(self.jsonl_path, "ab")
+        # Every row also goes to a file without a name, which nobody else can open, truncate or
+        # replace: whatever happens to metrics.jsonl, its rows can be put back (see _keep_file).
+        self._rows = tempfile.TemporaryFile(dir=self.run_dir)
+        self._rows.write(self.jsonl_path.read_bytes())  # a resumed run's rows so far
+        self._size = self._rows.tell()
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
+
+            threading.excepthook = _quiet_tensorboard_write_errors
 
             self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), flush_secs=5)
         self._wandb = None
@@ -51,9 +71,13 @@ class MetricsLogger:
 
     def log(self, metrics: dict) -> None:
         row = {k: _jsonable(v) for k, v in metrics.items()}
+        line = (json.dumps(row) + "\n").encode()
         try:
             self._keep_file()
-            self._jsonl.write(json.dumps(row) + "\n")
+            self._rows.write(line)
+            self._jsonl.write(line)
+            self._jsonl.flush()
+            self._size += len(line)
         except OSError as err:
             raise RunDirError(f"cannot write {self.jsonl_path} ({err.strerror or err})") from err
         step = int(metrics["env_steps"])
@@ -65,32 +89,37 @@ class MetricsLogger:
         if self._tb is not None:
             # One event holding every scalar: a tenth of the cost of one add_scalar per tag.
             summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()])
-            self._tb._get_file_writer().add_summary(summary, global_step=step)
+            try:  # written by a thread: an earlier failed write surfaces here
+                self._tb._get_file_writer().add_summary(summary, global_step=step)
+            except OSError as err:
+                raise RunDirError(f"cannot write TensorBoard events in {self.run_dir / 'tensorboard'} "
+                                  f"({err.strerror or err})") from err
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 
     def _keep_file(self) -> None:
-        """Never lose rows silently: if metrics.jsonl was deleted or replaced during the run, put
-        back every row of it (the open file still holds them all, resumed ones included), keep
-        a replacement aside under another name, warn, and record the event."""
+        """Never lose rows silently: if metrics.jsonl was deleted, replaced, or written to in place
+        (truncated, overwritten, appended to) during the run, put back every row logged so far,
+        resumed ones included, keep what was found in its place aside under another name, warn,
+        and record the event."""
         try:
             on_disk = os.stat(self.jsonl_path)
             ours = os.fstat(self._jsonl.fileno())
-            if (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino):
+            if (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino) and on_disk.st_size == self._size:
                 return
-            what = "replaced"
+            what = "replaced" if (on_disk.st_dev, on_disk.st_ino) != (ours.st_dev, ours.st_ino) else "written to in place"
             kept_aside = self.jsonl_path.with_name(f"metrics.jsonl.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
             os.replace(self.jsonl_path, kept_aside)
         except FileNotFoundError:
             what, kept_aside = "deleted", None
-        self._jsonl.flush()
-        rows = os.pread(self._jsonl.fileno(), os.fstat(self._jsonl.fileno()).st_size, 0)
+        self._rows.flush()
+        rows = os.pread(self._rows.fileno(), self._size, 0)
         count = rows.count(b"\n")
         tmp = self.jsonl_path.with_name("metrics.jsonl.tmp")
         tmp.write_bytes(rows)
         os.replace(tmp, self.jsonl_path)
         self._jsonl.close()
-        self._jsonl = open(self.jsonl_path, "a+", buffering=1)
+        self._jsonl = open(self.jsonl_path, "ab")
         aside = f"; the file found in its place is kept as {kept_aside.name}" if kept_aside else ""
         log.warning(f"{self.jsonl_path} was {what} during the run: recreated it with all "
                     f"{count} rows logged so far{aside}")
@@ -106,9 +135,11 @@ class MetricsLogger:
         self._tb.add_hparams(hp, final, run_name=".")
 
     def close(self) -> None:
-        self._jsonl.close()
-        if self._tb is not None:
-            self._tb.close()
+        for close in (self._jsonl.close, self._rows.close, *([self._tb.close] if self._tb is not None else [])):
+            try:
+                close()
+            except OSError:  # a full or lost run directory: the run stops on its own one-line error
+                pass
         if self._wandb is not None:
             self._wandb.finish()
 

@@ -102,4 +102,5 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
         logger=logger,
         checkpointer=checkpointer,
         progress=ProgressLine(container["total_steps"], enabled=show),
+        run_config=container,
     )

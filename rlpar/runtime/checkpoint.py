@@ -45,6 +45,9 @@ class Checkpointer:
         state = with_checksums(state)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            # Beyond `keep` first (a resume with a lower checkpoint.keep): their space may be what a
+            # full disk lacks for the new one. Never the newest `keep`: the new one may yet fail.
+            self._prune()
             # Straight to the file, not through an in-memory copy: a checkpoint holding a large
             # replay buffer must not need twice its size in memory.
             with open(tmp, "wb") as handle:

@@ -41,6 +41,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     """Evaluate the newest checkpoint of `run_dir` for `episodes` episodes, recording the first
     `video_episodes` of them; returns the metrics, per-episode returns, checkpoint and video paths,
     and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it."""
+    from rlpar.config.changes import config_mismatches
     from rlpar.envs.factory import check_env_exists, resolve_env_spec
     from rlpar.errors import first_line
     from rlpar.logging.tags import tag_for
@@ -49,6 +50,12 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     run_dir = Path(run_dir)
     config = _run_config(run_dir)
     checkpoint, state = _newest_checkpoint(run_dir)
+    # The environment may differ from training's (a variant to test the policy on), as long as
+    # the network still fits its spaces; the network's own settings may not.
+    trained_with = state.get("config") if isinstance(state.get("config"), dict) else None
+    if trained_with is not None and (changed := config_mismatches(config, trained_with, sections=("model",))):
+        raise EvaluateError(f"{run_dir / 'config.yaml'} no longer matches {checkpoint.name}, whose network was made "
+                            f"with another config: {'; '.join(changed)}; put those values back")
     env_spec = resolve_env_spec(**config["env"])
     problem = check_env_exists(env_spec)
     if problem:
@@ -59,6 +66,11 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
         weights = checkpoint_policy_weights(state["algorithm"])
     except (KeyError, TypeError) as err:
         raise EvaluateError(f"{checkpoint}: holds no policy weights ({err})") from None
+    if misfit := _weights_misfit(policy_spec, weights):
+        changed = config_mismatches(config, trained_with, sections=("env",)) if trained_with is not None else []
+        why = f" (config.yaml changed {'; '.join(changed)})" if changed else ""
+        raise EvaluateError(f"{checkpoint.name}'s network does not fit {env_spec.id or env_spec.entry_point}'s "
+                            f"spaces{why}: {misfit}")
     seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
     iteration, env_steps = int(state["iteration"]), int(state["env_steps"])
 
@@ -157,6 +169,17 @@ def _policy_spec(config: dict, env_spec):
     except ConfigError as err:
         raise EvaluateError("; ".join(err.problems)) from None
     return spec
+
+
+def _weights_misfit(policy_spec, weights: dict) -> str | None:
+    """How the checkpoint's weights differ from the network `policy_spec` describes, or None."""
+    expected = {name: tuple(value.shape) for name, value in policy_spec.build().state_dict().items()}
+    got = {name: tuple(value.shape) for name, value in weights.items()}
+    if expected == got:
+        return None
+    differing = sorted(name for name in expected.keys() | got.keys() if expected.get(name) != got.get(name))
+    return "; ".join(f"{name}: checkpoint {got.get(name, 'absent')}, network {expected.get(name, 'absent')}"
+                     for name in differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
 
 
 def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):

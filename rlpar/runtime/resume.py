@@ -7,11 +7,10 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlpar.config.changes import RESUME_OVERRIDABLE
 from rlpar.config.validate import ConfigError, resume_dir_problem
 from rlpar.errors import first_line
 
-# Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
-RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "resume_envs")
 
 
 def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None) -> DictConfig:
@@ -58,3 +57,4 @@ def _overridden_keys() -> list[str]:
         return []
     task = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)  # `x=${y}` stays text
     return [o.split("=", 1)[0].lstrip("+~") for o in task]
+

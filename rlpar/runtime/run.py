@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -29,7 +30,7 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
     run_dir = Path(cfg.run_dir)
     locked_here = not run_lock.holds(run_dir)
     if locked_here:
-        run_lock.acquire(run_dir)
+        run_lock.acquire(run_dir, new_run=not cfg.get("resume"))
     try:
         with RunLog(run_dir) as run_log:
             try:
@@ -55,6 +56,7 @@ def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
     except OSError as err:
         raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
     trainer = build_trainer(cfg)
+    trainer.check_run_dir = partial(run_lock.check_owner, run_dir)
     try:
         if checkpoint is not None:
             trainer.restore(checkpoint, environments=bool(cfg.get("resume_envs", True)))
@@ -79,7 +81,8 @@ def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
             if interrupts.forced:
                 print(f"\nstopped during iteration {trainer.iteration + 1}, without a checkpoint "
                       f"(continue from the newest one with resume={run_dir})", flush=True)
-            elif trainer.checkpointer is not None and trainer.iteration > 0 and not isinstance(stop, CheckpointWriteError):
+            elif (trainer.checkpointer is not None and trainer.iteration > 0
+                  and not isinstance(stop, (CheckpointWriteError, run_lock.RunDirLostError))):
                 path = trainer.save()
                 why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped"
                 print(f"\n{why} at iteration {trainer.iteration}: checkpoint {path} "

@@ -38,7 +38,10 @@ class Trainer:
         checkpointer: Checkpointer | None = None,
         progress=None,
         return_window: int = 20,
+        run_config: dict | None = None,
     ):
+        """`run_config`: the resolved config, kept in every checkpoint so that a resume or an
+        evaluation can name what a hand-edited config.yaml changed."""
         self.algorithm = algorithm
         self.env_spec = env_spec
         self.total_steps = total_steps
@@ -55,6 +58,8 @@ class Trainer:
         self.labels: dict = {}  # added to every metrics row (e.g. a search trial's PBT exploits)
         self._collapse_warned = False
         self.frames_per_step = frames_per_step(env_spec)  # Atari: emulator frames per agent step
+        self.run_config = run_config
+        self.check_run_dir = None  # called before each iteration's writes: is the run directory still ours?
 
     @property
     def sampler(self):
@@ -103,6 +108,8 @@ class Trainer:
             metrics["learner_wait_fraction"] = min(waited / iteration_s, 1.0)
         self.last_metrics = metrics
         self._warn_if_exploration_collapsed(metrics)
+        if self.check_run_dir is not None:
+            self.check_run_dir()
         if self.logger is not None:
             self.logger.log(metrics)
         if self.progress is not None:
@@ -141,6 +148,7 @@ class Trainer:
             "algorithm": self.algorithm.state_dict(),
             "sampler": self.algorithm.sampler.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            **({"config": self.run_config} if self.run_config is not None else {}),
         }
 
     def save(self) -> Path:

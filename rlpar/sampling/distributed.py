@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+from rlpar.errors import EnvironmentFailedError
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import InferenceServer, RayInferenceClient
@@ -168,7 +169,8 @@ class DistributedSampler(WorkerPoolSampler):
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as err:  # actor died, node lost, or the runner raised
-            return WorkerFailure(_describe(err))
+            cause = getattr(err, "cause", None)
+            return WorkerFailure(_describe(err), stops_run=cause if isinstance(cause, EnvironmentFailedError) else None)
 
     def _stop(self, worker: int) -> None:
         for refs in (self.pending, self.location_refs):

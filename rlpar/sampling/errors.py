@@ -7,9 +7,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class WorkerFailure:
-    """Returned in place of a batch by a worker that died, crashed or raised: never trained on."""
+    """Returned in place of a batch by a worker that died, crashed or raised: never trained on.
+    `stops_run`: an error a replacement would only repeat (an environment that fails for good),
+    raised by the pool instead of replacing the worker, as the local sampler raises it."""
 
     reason: str
+    stops_run: Exception | None = None
 
 
 class WorkerPoolError(RuntimeError):

@@ -21,6 +21,7 @@ from multiprocessing import connection
 
 import numpy as np
 
+from rlpar.errors import EnvironmentFailedError
 from rlpar.sampling.batch import PER_ENV_FIELDS, Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import SharedMemoryInference
@@ -59,6 +60,11 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwa
         worker.close()
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
+    except EnvironmentFailedError as err:
+        try:
+            conn.send(("stops_run", str(err)))
+        except Exception:
+            pass
     except Exception:
         try:
             conn.send(("error", traceback.format_exc()))
@@ -134,6 +140,8 @@ class MultiprocessSampler(WorkerPoolSampler):
             return WorkerFailure(f"process {proc.pid} died (exit code {proc.exitcode})")
         if message[0] == "error":
             return WorkerFailure(f"raised {message[1].strip().splitlines()[-1]}")
+        if message[0] == "stops_run":
+            return WorkerFailure(message[1], stops_run=EnvironmentFailedError(message[1]))
         if message[0] != kind:
             return WorkerFailure(f"sent {message[0]!r} instead of {kind!r}")
         return message[1]

@@ -154,6 +154,8 @@ class WorkerPoolSampler(Sampler):
 
     # -- failures ---------------------------------------------------------------------------
     def _replace(self, worker: int, failure: WorkerFailure) -> None:
+        if failure.stops_run is not None:
+            raise failure.stops_run
         self.worker_restarts += 1
         self.last_failure = f"worker {worker}: {failure.reason}"
         if self.worker_restarts > self.max_worker_restarts:

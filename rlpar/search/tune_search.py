@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 import yaml
@@ -144,6 +145,7 @@ class TuneSearch:
                 "iterations": history[-1]["iteration"] if history else 0, "env_steps": env_steps,
                 "pbt_exploits": history[-1].get("pbt_exploits", 0) if history else 0,
                 "run_dir": f"trials/{trial.trial_id}",
+                "error_file": _keep_error_file(trial, run_dir / "trials" / trial.trial_id) or "",
             })
         rows.sort(key=lambda row: row["trial"])
         with open(run_dir / "search.csv", "w", newline="") as handle:
@@ -197,6 +199,18 @@ def scheduler_problem(scheduler: dict, space: dict) -> str | None:
     except Exception as err:  # Hydra wraps Ray's own ValueError: name the cause
         cause = err.__cause__ or err
         return " ".join(str(cause).split())[:300] or type(cause).__name__
+    return None
+
+
+def _keep_error_file(trial, trial_dir: Path) -> str | None:
+    """A failed trial's error, copied into its own run directory as error.txt (Tune writes it in
+    Ray's session folder under /tmp, gone with the machine); its path relative to the search's."""
+    for folder in (trial.local_path, trial.path):
+        source = Path(folder or "", "error.txt")
+        if folder and source.is_file():
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, trial_dir / "error.txt")
+            return f"trials/{trial.trial_id}/error.txt"
     return None
 
 
