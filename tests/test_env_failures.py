@@ -35,7 +35,7 @@ def test_an_environment_that_breaks_for_good_stops_the_run_on_every_sampler(tmp_
     proc = subprocess.run(
         [sys.executable, "main.py", "env.id=null", "env.entry_point=tests.faulty_envs:BreaksForGoodCartPole",
          f"+env.kwargs.break_after={BREAKS_AFTER}", "env.max_episode_steps=500", "algo.rollout_length=64",
-         "total_steps=1000000", "checkpoint.every=1", *SAMPLERS[sampler], f"run_dir={run_dir}", "progress=false"],
+         "total_steps=1000000", "algo.compile=false", "checkpoint.every=1", *SAMPLERS[sampler], f"run_dir={run_dir}", "progress=false"],
         cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert time.monotonic() - start < 90
