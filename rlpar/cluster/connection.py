@@ -14,6 +14,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
 from rlpar.runtime.interrupts import HeldInterrupts, shielded
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
@@ -52,51 +53,18 @@ def _prepare_environment(on_loopback: bool) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def default_token_file() -> Path:
-    """Where Ray reads a token when no variable names one, and where it writes a new one."""
-    return Path.home() / ".ray" / "auth_token"
-
-
-def token_source() -> str | None:
-    """Where a Ray process started now would read its auth token from (Ray's order), or None."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "RAY_AUTH_TOKEN"
-    for path in filter(None, (os.environ.get("RAY_AUTH_TOKEN_PATH"), str(default_token_file()))):
-        if Path(path).is_file() and Path(path).read_text().strip():
-            return path
-    return None
-
-
-def require_token_auth(*, create_token: bool) -> str:
-    """Token authentication for every Ray instance rlpar starts, also where a user's environment
-    says RAY_AUTH_MODE=disabled: without it any local user (any host, were a port reachable)
-    can run code as this one. Ray's nodes, workers and this driver read the mode from the
-    environment; the token comes from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token,
-    made there (readable by this user only) when `create_token` and none exists. Returns where."""
-    _set_auth_mode("token")
-    if token_source() is None and create_token:
-        from ray._private.authentication.authentication_token_setup import generate_and_save_token
-
-        generate_and_save_token()
-        default_token_file().chmod(0o600)  # Ray writes it with the default umask
-    return token_source() or "nowhere (set RAY_AUTH_TOKEN)"
-
-
-def _set_auth_mode(mode: str) -> None:
-    os.environ["RAY_AUTH_MODE"] = mode
-    if "ray" in sys.modules:  # Ray caches its settings, RAY_AUTH_MODE included, once read
-        from ray._raylet import Config
-
-        Config.initialize("")
-
-
-def _token_auth_when_joining() -> None:
-    """Joining a cluster at an explicit address, Ray sends no token unless RAY_AUTH_MODE=token
-    (it turns token mode on by itself only for the cluster it finds with `auto`). rlpar's
-    local_cluster and `ray start` clusters of this user require one: with a token of this user's
-    at hand and no mode chosen, send it (a cluster without authentication ignores it)."""
-    if "RAY_AUTH_MODE" not in os.environ and token_source() is not None:
-        _set_auth_mode("token")
+def _join_with_clusters_auth(address: str) -> None:
+    """Use the authentication mode of the cluster at `address`, found out by asking it (see
+    rlpar.cluster.auth); a Ray client address (ray://) keeps the old rule: token mode when a
+    token of this user's is at hand and no mode is chosen."""
+    if address == "auto":
+        found = auto_address()
+        address = found[0] if found else None  # Ray looks further; nothing to ask here
+    mode = cluster_auth_mode(address) if address else None
+    if mode is not None and users_auth_mode() is None:
+        set_auth_mode(mode)
+    elif mode is None and "RAY_AUTH_MODE" not in os.environ and token_source() is not None:
+        set_auth_mode("token")
 
 
 def _start_private_instance(num_cpus: float | None, object_store_mb: int, namespace: str) -> None:
@@ -331,7 +299,7 @@ class RayConnection:
         if ray.is_initialized():
             return
         if address:
-            _token_auth_when_joining()
+            _join_with_clusters_auth(address)
             loopback = {"_node_ip_address": "127.0.0.1"} if on_loopback else {}
             _ray_init(
                 ray,
