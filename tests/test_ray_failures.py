@@ -15,6 +15,7 @@ import pytest
 import ray
 
 from rlpar.runtime.build import build_trainer
+from rlpar.sampling.errors import WorkerPoolError
 from tests.processes import cmdline, descendants_of, running
 from tests.ray_helpers import ROOT, connected_cluster
 
@@ -80,6 +81,22 @@ def test_lost_node_then_new_node(cluster, make_cfg, tmp_path):
     assert shrunk[-1]["worker_restarts"] == 2
     assert grown[-1]["num_nodes"] == 2 and grown[-1]["worker_restarts"] == 2
     assert more[-1]["env_steps"] > shrunk[-1]["env_steps"]
+
+
+def test_env_runners_that_can_never_start_stop_the_run_within_seconds(cluster, make_cfg, tmp_path):
+    """(Runners cancelled by a cluster, or whose environment cannot be built: 100 replacements,
+    each logged, before the run stopped.)"""
+    trainer = build_trainer(make_cfg(*DISTRIBUTED, "env.entry_point=tests.faulty_envs:UnbuildableCartPole",
+                                     f"+env.kwargs.only_in={os.getpid()}", run_dir=tmp_path / "never"))
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerPoolError, match=r"no worker could start \(3 starts failed, none came up\); last: "
+                                                  r"worker \d: .*this environment cannot be built in process"):
+            trainer.train()
+        assert time.monotonic() - start < 20
+        assert trainer.sampler.worker_restarts <= 2
+    finally:
+        trainer.close()
 
 
 def listening_addresses(pids: set[int]) -> set[str]:
