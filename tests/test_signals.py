@@ -83,11 +83,11 @@ def adopted_orphans():
                 pass
 
 
-def _distributed_run(tmp_path: Path) -> subprocess.Popen:
+def _distributed_run(tmp_path: Path, *overrides: str) -> subprocess.Popen:
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     return subprocess.Popen(
         [sys.executable, "main.py", "parallel=distributed", "workers=2", "total_steps=100000000",
-         "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}"],
+         "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}", *overrides],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         # A background job of a non-interactive shell ignores SIGINT, and main.py keeps it so.
         preexec_fn=default_sigint,
@@ -154,6 +154,27 @@ def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans
         assert not (tmp_path / "metrics.jsonl").exists()
         stderr = _interrupt_and_check_nothing_is_left(proc, family, adopted_orphans)
         assert "Traceback" not in stderr
+        assert not list(tmp_path.glob("checkpoints/*.pt"))  # nothing trained, nothing to keep
+    finally:
+        _stop(proc)
+
+
+def test_sigint_while_many_env_runners_boot_stops_within_seconds(tmp_path, adopted_orphans):
+    """Ray starts workers two at a time here: 48 runners take about half a minute to boot, and the
+    first iteration used to wait for all of them before the stop (200: minutes)."""
+    proc = _distributed_run(tmp_path, "workers=48", "envs_per_worker=1", "ray.cpus_per_worker=0.04")
+    try:
+        family = {}
+
+        def some_runners_up() -> bool:
+            family.update(descendants_of(proc.pid))
+            return sum(c.startswith("ray::EnvRunner") for c in family.values()) >= 4
+
+        wait_until(some_runners_up, proc, 180, "4 env runners")
+        metrics = tmp_path / "metrics.jsonl"
+        assert not metrics.exists() or not metrics.read_text()  # still booting
+        stderr = _interrupt_and_check_nothing_is_left(proc, family, adopted_orphans)
+        assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "rlpar: interrupted", stderr
         assert not list(tmp_path.glob("checkpoints/*.pt"))  # nothing trained, nothing to keep
     finally:
         _stop(proc)

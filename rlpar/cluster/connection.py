@@ -315,6 +315,11 @@ class RayConnection:
             _start_private_instance(num_cpus, object_store_mb, namespace)
         self.started_here = True
 
+    @property
+    def stops_instance(self) -> bool:
+        """Whether `shutdown` stops a private instance, and with it every actor on it."""
+        return self.started_here and _state["private_instance"] is not None
+
     def shutdown(self) -> None:
         """Stop the private instance, processes and all; only disconnect from a user's cluster."""
         if self.started_here and _state["private_instance"] is not None:

@@ -99,6 +99,16 @@ def _stopping() -> bool:
     return _process["stopping"]
 
 
+_held_blocks: list = []  # the HeldInterrupts blocks under way, innermost last
+
+
+def stop_requested() -> bool:
+    """Whether a signal has asked a HeldInterrupts block under way to stop. Code that may wait
+    long inside one, e.g. for hundreds of workers to boot, checks this and stops sooner than the
+    block's safe point: before a first iteration there is nothing to finish."""
+    return any(block.requested for block in _held_blocks)
+
+
 class HeldInterrupts:
     """Within the block, SIGINT and SIGTERM only set `requested` (and print `message` once);
     the caller stops at its next safe point. With `second_stops_at_once`, a second signal raises
@@ -118,6 +128,7 @@ class HeldInterrupts:
     def __enter__(self):
         if _process["mode"] is not None and _process["signalled"] and not _process["stopping"]:
             self.requested = True  # a signal whose KeyboardInterrupt Python dropped: stop here
+        _held_blocks.append(self)
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 if callable(signal.getsignal(sig)):
@@ -138,6 +149,8 @@ class HeldInterrupts:
         print(self.message, file=sys.stderr, flush=True)
 
     def __exit__(self, *exc_info):
+        if self in _held_blocks:
+            _held_blocks.remove(self)
         if self.requested:
             stop_under_way()  # before main.py's handler is back: it then only notes signals
         for sig, handler in self._previous.items():

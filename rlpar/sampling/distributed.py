@@ -195,12 +195,15 @@ class DistributedSampler(WorkerPoolSampler):
         return metrics
 
     def close(self) -> None:
-        for worker, runner in enumerate(getattr(self, "runners", [])):
-            if runner is not None:
-                self._stop(worker)
-        if getattr(self, "inference", None) is not None:
-            self.ray.kill(self.inference)
-            self.inference = None
+        # The private instance takes its actors with it: killing hundreds one by one first (a GCS
+        # call each) only delays the stop.
+        if not (hasattr(self, "connection") and self.connection.stops_instance):
+            for worker, runner in enumerate(getattr(self, "runners", [])):
+                if runner is not None:
+                    self._stop(worker)
+            if getattr(self, "inference", None) is not None:
+                self.ray.kill(self.inference)
+        self.runners, self.inference = [None] * self.num_workers, None
         if hasattr(self, "connection"):
             self.connection.shutdown()
 

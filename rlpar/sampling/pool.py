@@ -27,6 +27,7 @@ from abc import abstractmethod
 
 import numpy as np
 
+from rlpar.runtime.interrupts import stop_requested
 from rlpar.sampling.base import Sampler
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
@@ -35,6 +36,7 @@ from rlpar.sampling.rollout import RolloutWorker
 log = logging.getLogger("rlpar")
 
 START_ATTEMPTS = 3  # failed starts that show a worker cannot start (a cancelled actor, an env that cannot be built)
+WAIT_SLICE_S = 0.25  # a wait for workers to start looks up this often whether a signal asked to stop
 
 
 class WorkerPoolSampler(Sampler):
@@ -196,7 +198,7 @@ class WorkerPoolSampler(Sampler):
         while self.starting:
             must_wait = bool(self.booting) or len(self.live) < self.min_live_workers
             timeout = max(deadline - time.monotonic(), 0.0) if must_wait else 0.0
-            answered = self._ready(set(self.starting), timeout)
+            answered = self._ready(set(self.starting), min(timeout, WAIT_SLICE_S))
             for worker, failure in answered:
                 self.starting.discard(worker)
                 self.booting.discard(worker)
@@ -208,6 +210,8 @@ class WorkerPoolSampler(Sampler):
                     self._replace(worker, failure)
             if not must_wait or (not answered and time.monotonic() >= deadline):
                 break
+            if stop_requested():  # hundreds of workers may take minutes to boot: not waited for
+                raise KeyboardInterrupt
         self.booting.clear()
         if len(self.live) < self.min_live_workers:
             raise WorkerPoolError(
