@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
-from rlpar.runtime.interrupts import HeldInterrupts, shielded
+from rlpar.cluster.errors import RayInstanceLostError
+from rlpar.runtime.interrupts import HeldInterrupts, add_failure_check, remove_failure_check, shielded
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent
+WAIT_SLICE_S = 0.25  # a wait on Ray looks this often whether the private instance is still whole
+VITAL_PROCESSES = ("gcs_server", "raylet")  # without either, a private instance cannot go on
 
 
 def is_loopback(address: str) -> bool:
@@ -201,7 +203,12 @@ class PrivateInstance:
     ray.shutdown() stops the node processes Ray launched (GCS, raylet, dashboard, monitors) but
     not, if the raylet goes first, the raylet's agents and workers: they were seen orphaned
     after a run. Only this instance's processes are swept, known by descent from the processes
-    Ray launched for it; never "every child of this process" (a test's or a notebook's own)."""
+    Ray launched for it; never "every child of this process" (a test's or a notebook's own).
+
+    An instance whose GCS or raylet has died cannot go on (`lost`): no node can join a private
+    instance to host the runners again, and Ray's core worker aborts the driver a minute after
+    losing the GCS. Runs check it in every wait on Ray (RayConnection.wait) and stop; the stop
+    then kills the rest at once, without the graceful round."""
 
     def __init__(self, ray):
         import psutil
@@ -209,7 +216,21 @@ class PrivateInstance:
         self.ray = ray
         self.psutil = psutil
         self.processes: dict[tuple[int, float], object] = {}  # (pid, start time) -> psutil.Process
+        node = ray._private.worker._global_node
+        self.vital = {name: info.process for name in VITAL_PROCESSES
+                      for info in getattr(node, "all_processes", {}).get(name, [])}  # Popen: children of this process
         self.note_processes()
+        add_failure_check(self.lost)  # a wait the learner may be in (its compile) ends at once
+
+    def lost(self) -> str | None:
+        """Why the instance cannot go on (its GCS or raylet has exited), or None. A few
+        microseconds: one waitpid per process."""
+        for name, process in self.vital.items():
+            code = process.poll()
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                return f"the private Ray instance's {name} (pid {process.pid}) died ({how})"
+        return None
 
     def note_processes(self) -> None:
         """Add the instance's processes alive now (env runners start after ray.init)."""
@@ -231,10 +252,14 @@ class PrivateInstance:
     def stop(self, *, grace_s: float = 1.0) -> None:
         """ray.shutdown(), then SIGTERM and, after `grace_s`, SIGKILL for any of the instance's
         processes still running (psutil checks each is still the same process, not a reused pid)."""
+        remove_failure_check(self.lost)
         with shielded():  # a second Ctrl-C here left Ray half shut down
             self.note_processes()
+            if self.lost():
+                self._kill_at_once()
             if self.ray.is_initialized():
-                self.ray.shutdown()
+                with _no_task_event_flush() if self.lost() else nullcontext():
+                    self.ray.shutdown()
             alive = self._wait(list(self.processes.values()), grace_s)
             for signal_name in ("terminate", "kill"):
                 for process in alive:
@@ -243,6 +268,14 @@ class PrivateInstance:
                     except self.psutil.Error:
                         pass
                 alive = self._wait(alive, grace_s)
+
+    def _kill_at_once(self) -> None:
+        """A lost instance has nothing to shut down gracefully: its processes are killed at once."""
+        for process in self.processes.values():
+            try:
+                process.kill()
+            except self.psutil.Error:
+                pass
 
     def _wait(self, processes: list, timeout_s: float) -> list:
         """Those of `processes` still running after up to `timeout_s`. A zombie counts as gone: it
@@ -259,6 +292,26 @@ class PrivateInstance:
             return process.is_running() and process.status() != self.psutil.STATUS_ZOMBIE
         except self.psutil.Error:
             return False
+
+
+@contextmanager
+def _no_task_event_flush():
+    """ray.shutdown() without flushing task events to the GCS: with the GCS dead it waited 5 s
+    for that (Ray's core worker aborts the process a minute after losing the GCS, so the stop
+    must be quick). Ray re-reads its settings on Config.initialize; the variable is put back."""
+    from ray._raylet import Config
+
+    name = "RAY_task_events_shutdown_flush_timeout_ms"
+    saved = os.environ.get(name)
+    os.environ[name] = "0"
+    Config.initialize("")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 _state: dict = {"private_instance_pending": False, "private_instance": None}
@@ -319,6 +372,28 @@ class RayConnection:
     def stops_instance(self) -> bool:
         """Whether `shutdown` stops a private instance, and with it every actor on it."""
         return self.started_here and _state["private_instance"] is not None
+
+    def check(self) -> None:
+        """RayInstanceLostError once the private instance's GCS or raylet has died: its runners
+        cannot come back, and Ray's core worker would abort this process a minute later."""
+        instance = _state["private_instance"] if self.stops_instance else None
+        reason = instance.lost() if instance is not None else None
+        if reason:
+            raise RayInstanceLostError(f"{reason}; its workers cannot go on, and no node can join a private instance")
+
+    def wait(self, refs: list, *, timeout: float | None) -> list:
+        """The refs of `refs` that are ready, after waiting up to `timeout` (None: no limit) for
+        the first, in slices between which the private instance is checked (`check`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.check()
+            left = WAIT_SLICE_S if deadline is None else min(max(deadline - time.monotonic(), 0.0), WAIT_SLICE_S)
+            ready, rest = self.ray.wait(refs, num_returns=1, timeout=left)
+            if ready or (deadline is not None and time.monotonic() >= deadline):
+                break
+        if ready and rest:
+            ready += self.ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        return ready
 
     def shutdown(self) -> None:
         """Stop the private instance, processes and all; only disconnect from a user's cluster."""

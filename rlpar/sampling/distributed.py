@@ -77,6 +77,10 @@ class DistributedSampler(WorkerPoolSampler):
         # Not waited for here: runners boot while the learner and logger are being built.
         self.start_workers()
 
+    def sample(self, weights: dict, version: int) -> Batch:
+        self.connection.check()  # first: once the raylet is gone, even putting the weights blocks
+        return super().sample(weights, version)
+
     def _launch(self, worker: int) -> None:
         self.runners[worker] = self.runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
         self.locations[worker] = None
@@ -157,17 +161,15 @@ class DistributedSampler(WorkerPoolSampler):
         to `timeout` for the first."""
         refs = [ref for ref, worker in requests.items() if worker in workers]
         if not refs:
+            self.connection.check()
             return []
-        ready, rest = self.ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready and rest:
-            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
-            ready += more
-        return ready
+        return self.connection.wait(refs, timeout=timeout)
 
     def _get(self, ref):
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as err:  # actor died, node lost, or the runner raised
+            self.connection.check()  # runners that died with the private instance: not replaced
             return WorkerFailure(_describe(err))
 
     def _stop(self, worker: int) -> None:
