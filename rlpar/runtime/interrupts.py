@@ -10,6 +10,8 @@ main.py answers signals in three phases (`exit_at_once_on_signals`, then `stop_o
   `ray.shutdown()` short used to leave Ray's agents running and the driver exiting 1, silently.
 
 Without main.py's handlers (rlpar used as a library), `HeldInterrupts` and `shielded` work alone.
+Long waits look at `stop_requested` (a signal asked the block under way to stop) and `failing`
+(a registered check says the run cannot go on, e.g. its Ray instance is lost) to end early.
 """
 
 from __future__ import annotations

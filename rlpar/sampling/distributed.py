@@ -205,7 +205,7 @@ class DistributedSampler(WorkerPoolSampler):
                     self._stop(worker)
             if getattr(self, "inference", None) is not None:
                 self.ray.kill(self.inference)
-        self.runners, self.inference = [None] * self.num_workers, None
+        self.runners, self.inference, self.pending, self.location_refs = [None] * self.num_workers, None, {}, {}
         if hasattr(self, "connection"):
             self.connection.shutdown()
 
