@@ -55,6 +55,18 @@ class HangsOnStartCartPole(CartPoleEnv):
         super().__init__()
 
 
+class UnbuildableCartPole(CartPoleEnv):
+    """Its constructor raises outside process `only_in` (the learner's: no worker ever comes up,
+    while the learner's own checks of the environment pass), or while the file `unless` exists."""
+
+    def __init__(self, only_in: int | None = None, unless: str | None = None):
+        if only_in is not None and os.getpid() != only_in:
+            raise RuntimeError(f"this environment cannot be built in process {os.getpid()}")
+        if unless is not None and Path(unless).exists():
+            raise RuntimeError(f"this environment cannot be built while {unless} exists")
+        super().__init__()
+
+
 class WrongShapeCartPole(CartPoleEnv):
     """Declares CartPole's 4-number observations but returns 3."""
 

@@ -66,6 +66,15 @@ def still_running(processes: dict[tuple[int, int], str]) -> dict[int, str]:
     return alive
 
 
+def left_running(family: dict[tuple[int, int], str], adopted, timeout: float) -> dict[int, str]:
+    """Those of a run's processes `family`, and of the orphans `adopted()` lists, still running
+    after waiting up to `timeout` seconds for them to go."""
+    deadline = time.monotonic() + timeout
+    while (left := {**still_running(family), **still_running(adopted())}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def wait_until(condition, proc, timeout: float, what: str, poll_s: float = 0.05) -> None:
     """Poll `condition()` while `proc` (a subprocess.Popen) runs; fail if it exits or time runs out."""
     deadline = time.monotonic() + timeout

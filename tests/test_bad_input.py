@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -217,9 +216,23 @@ def _cuda_available() -> bool:
 
 @pytest.fixture
 def listening_address():
-    """A TCP port on loopback that accepts connections, standing in for a cluster's GCS."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        yield f"127.0.0.1:{server.getsockname()[1]}"
+    """A gRPC server on loopback standing in for a cluster's GCS: it answers the one call rlpar
+    makes before joining (GetClusterId) as a cluster without authentication does."""
+    from concurrent import futures
+
+    import grpc
+
+    answer = grpc.unary_unary_rpc_method_handler(lambda request, context: b"", request_deserializer=bytes,
+                                                 response_serializer=bytes)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService",
+                                                                           {"GetClusterId": answer})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(grace=None)
 
 
 @pytest.fixture

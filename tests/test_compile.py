@@ -1,6 +1,10 @@
 """algo.compile: a compiled minibatch loss learns like the eager one, and their checkpoints are
 interchangeable. (Compiling costs ~15-40 s cold on 2 cores; speed is in benchmarks, not here.)"""
 
+import threading
+import time
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -70,3 +74,22 @@ def test_a_run_shorter_than_its_compile_exits_cleanly(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 512 steps" in proc.stdout, proc.stdout  # printed and flushed before the quick exit
     assert (tmp_path / "checkpoints").is_dir() and list((tmp_path / "checkpoints").glob("checkpoint_*.pt"))
+
+
+def test_a_run_that_cannot_go_on_does_not_wait_for_its_compile():
+    """(A private Ray instance that lost its GCS was noticed only once the learner's compile was
+    done, 10-20 s later.) The wait ends as soon as a registered failure check says so."""
+    from rlpar.learning.compiled import CompiledStep
+    from rlpar.runtime import interrupts
+
+    compiling = threading.Thread(target=time.sleep, args=(10,), daemon=True)  # a compile that takes long
+    compiling.start()
+    lost = lambda: "the private Ray instance's gcs_server (pid 1) died (killed by SIGKILL)"  # noqa: E731
+    interrupts.add_failure_check(lost)
+    try:
+        start = time.monotonic()
+        CompiledStep._wait_unless_interrupted(SimpleNamespace(_compiling=compiling))
+        assert time.monotonic() - start < 1
+    finally:
+        interrupts.remove_failure_check(lost)
+    assert not interrupts.failing()

@@ -1,5 +1,6 @@
 """Real failures on Ray: env runners killed, a node lost and a node added (two-node cluster on
-127.0.0.1, one per module), and an env runner's process killed under `python main.py`."""
+127.0.0.1, one per module), and, under `python main.py`, an env runner's process killed and the
+private instance's GCS or raylet killed."""
 
 import ipaddress
 import json
@@ -15,7 +16,8 @@ import pytest
 import ray
 
 from rlpar.runtime.build import build_trainer
-from tests.processes import cmdline, descendants_of, running
+from rlpar.sampling.errors import WorkerPoolError
+from tests.processes import cmdline, descendants_of, left_running, running, wait_until
 from tests.ray_helpers import ROOT, connected_cluster
 
 DISTRIBUTED = ("parallel=distributed", "workers=4", "envs_per_worker=2", "algo.rollout_length=32")
@@ -82,6 +84,22 @@ def test_lost_node_then_new_node(cluster, make_cfg, tmp_path):
     assert more[-1]["env_steps"] > shrunk[-1]["env_steps"]
 
 
+def test_env_runners_that_can_never_start_stop_the_run_within_seconds(cluster, make_cfg, tmp_path):
+    """(Runners cancelled by a cluster, or whose environment cannot be built: 100 replacements,
+    each logged, before the run stopped.)"""
+    trainer = build_trainer(make_cfg(*DISTRIBUTED, "env.entry_point=tests.faulty_envs:UnbuildableCartPole",
+                                     f"+env.kwargs.only_in={os.getpid()}", run_dir=tmp_path / "never"))
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerPoolError, match=r"no worker could start \(3 starts failed, none came up\); last: "
+                                                  r"worker \d: .*this environment cannot be built in process"):
+            trainer.train()
+        assert time.monotonic() - start < 20
+        assert trainer.sampler.worker_restarts <= 2
+    finally:
+        trainer.close()
+
+
 def listening_addresses(pids: set[int]) -> set[str]:
     """Local IP addresses on which any of `pids` accepts TCP connections."""
     inodes = set()
@@ -139,3 +157,39 @@ def test_cli_run_survives_killing_one_env_runner_process(tmp_path):
     assert rows[-1]["worker_restarts"] >= 1 and rows[-1]["live_workers"] == 4
     assert rows[-1]["episode_return_mean"] > 3 * rows[0]["episode_return_mean"]  # still learns
     assert "replacing it" in stderr + (tmp_path / "main.log").read_text()
+
+
+@pytest.mark.parametrize("victim", ["gcs_server", "raylet"])
+def test_cli_run_whose_private_instance_loses_its_gcs_or_raylet_stops_within_seconds(tmp_path, adopted_orphans, victim):
+    """The issue's bar. (GCS: training went on for a minute, then Ray aborted the process: exit 1,
+    no line, no checkpoint, Ray's agents left running. Raylet: 300 s waiting for runners that
+    could not come back.)"""
+    every = 5
+    proc = subprocess.Popen(
+        [sys.executable, "main.py", *DISTRIBUTED[:2], "total_steps=100000000", f"checkpoint.every={every}",
+         "algo.compile=false", "progress=false", f"hydra.run.dir={tmp_path}"],  # (compiling: tests/test_compile.py)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    metrics = tmp_path / "metrics.jsonl"
+    try:
+        wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 7, proc, 120, "7 iterations")
+        family = descendants_of(proc.pid)
+        [target] = [pid for (pid, _), command in family.items() if command.split(" ")[0].endswith(f"/{victim}")]
+        os.kill(target, signal.SIGKILL)
+        killed = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 3, stderr[-3000:]
+    assert took < 30
+    assert stderr.strip().splitlines() == [stderr.strip()]  # one line
+    assert stderr.startswith(f"rlpar: training stopped: the private Ray instance's {victim} (pid {target}) died "
+                             "(killed by SIGKILL)"), stderr
+    last = json.loads(metrics.read_text().splitlines()[-1])["iteration"]
+    newest = max(int(path.stem.split("_")[1]) for path in (tmp_path / "checkpoints").glob("checkpoint_*.pt"))
+    assert newest == last >= last // every * every  # the final checkpoint, of the last iteration logged
+    left = left_running(family, adopted_orphans, 15)
+    assert not left, f"processes left behind: {left}"

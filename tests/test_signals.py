@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import (cmdline, default_sigint, descendants_of, orphans, running, stat, still_running,
-                             wait_until)
+from tests.processes import cmdline, default_sigint, descendants_of, left_running, running, still_running, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,48 +45,11 @@ def test_signal_stops_with_final_checkpoint_and_no_workers_left(tmp_path, sig):
 
 
 # -- parallel=distributed: the private Ray instance main.py starts goes away with the run ----------
-PR_SET_CHILD_SUBREAPER = 36
-
-
-@pytest.fixture
-def adopted_orphans():
-    """Make this process a child subreaper: whatever a run leaves behind is re-parented here
-    instead of to init, so it stays findable. (Ray's processes rename themselves "ray::...",
-    which also overwrites what /proc shows of their environment: no marker passed down to them
-    could find them.) Yields a function listing the orphans adopted since (and their children)."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())
-    me = os.getpid()
-    earlier = {(pid, started) for pid, started in descendants_of(me) if (stat(pid) or (None,))[0] == me}
-
-    def adopted() -> dict[tuple[int, int], str]:
-        """New children of ours, once the test's own (main.py) has been waited for, are orphans."""
-        return orphans(me, earlier)
-
-    try:
-        yield adopted
-    finally:
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-        left = adopted()
-        for pid in still_running(left):
-            try:
-                os.kill(pid, signal.SIGKILL)  # only processes this test started
-            except OSError:
-                pass
-        for pid, _ in left:
-            try:
-                os.waitpid(pid, 0)  # reap those re-parented here (others are not our children)
-            except ChildProcessError:
-                pass
-
-
-def _distributed_run(tmp_path: Path) -> subprocess.Popen:
+def _distributed_run(tmp_path: Path, *overrides: str) -> subprocess.Popen:
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     return subprocess.Popen(
         [sys.executable, "main.py", "parallel=distributed", "workers=2", "total_steps=100000000",
-         "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}"],
+         "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}", *overrides],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         # A background job of a non-interactive shell ignores SIGINT, and main.py keeps it so.
         preexec_fn=default_sigint,
@@ -101,14 +63,10 @@ def _interrupt_and_check_nothing_is_left(proc, family: dict, adopted, sig=signal
     assert time.monotonic() - sent < 10
     assert proc.returncode == 130
 
-    def left() -> dict[int, str]:
-        # The run's processes seen before the signal, and any of its descendants since orphaned.
-        return {**still_running(family), **still_running(adopted())}
-
-    deadline = time.monotonic() + 10  # the driver's ray.shutdown() has returned; allow stragglers
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left(), f"processes left behind: {left()}"
+    # The run's processes seen before the signal, and any of its descendants since orphaned; the
+    # driver's ray.shutdown() has returned: allow stragglers.
+    left = left_running(family, adopted, 10)
+    assert not left, f"processes left behind: {left}"
     return proc.stderr.read()
 
 
@@ -159,6 +117,27 @@ def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans
         _stop(proc)
 
 
+def test_sigint_while_many_env_runners_boot_stops_within_seconds(tmp_path, adopted_orphans):
+    """Ray starts workers two at a time here: 48 runners take about half a minute to boot, and the
+    first iteration used to wait for all of them before the stop (200: minutes)."""
+    proc = _distributed_run(tmp_path, "workers=48", "envs_per_worker=1", "ray.cpus_per_worker=0.04")
+    try:
+        family = {}
+
+        def some_runners_up() -> bool:
+            family.update(descendants_of(proc.pid))
+            return sum(c.startswith("ray::EnvRunner") for c in family.values()) >= 4
+
+        wait_until(some_runners_up, proc, 180, "4 env runners")
+        metrics = tmp_path / "metrics.jsonl"
+        assert not metrics.exists() or not metrics.read_text()  # still booting
+        stderr = _interrupt_and_check_nothing_is_left(proc, family, adopted_orphans)
+        assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "rlpar: interrupted", stderr
+        assert not list(tmp_path.glob("checkpoints/*.pt"))  # nothing trained, nothing to keep
+    finally:
+        _stop(proc)
+
+
 # -- any number of signals at any moment: exit 130 with one line, nothing of Ray's left ----------
 def _moment_reached(moment: str, proc, tmp_path: Path, started: float, family: dict) -> bool:
     family.update(descendants_of(proc.pid))
@@ -202,13 +181,8 @@ def test_two_signals_at_any_moment_exit_130_and_leave_no_ray_process(tmp_path, a
         assert "Traceback" not in stderr, stderr
         assert stderr.strip().splitlines()[-1].startswith("rlpar: interrupted"), stderr
 
-        def left() -> dict[int, str]:
-            return {**still_running(family), **still_running(adopted_orphans())}
-
-        deadline = time.monotonic() + 15
-        while left() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not left(), f"processes left behind: {left()}"
+        left = left_running(family, adopted_orphans, 15)
+        assert not left, f"processes left behind: {left}"
     finally:
         _stop(proc)
 

@@ -108,6 +108,43 @@ def test_workers_dying_again_and_again_stop_the_run_with_a_clear_error(make_cfg,
         trainer.close()
 
 
+def test_workers_that_can_never_start_stop_the_run_within_seconds_not_after_max_restarts(make_cfg, tmp_path, caplog):
+    trainer = build_trainer(make_cfg(
+        "env.entry_point=tests.faulty_envs:UnbuildableCartPole", f"+env.kwargs.only_in={os.getpid()}",
+        *MULTIPROCESS, run_dir=tmp_path / "never",
+    ))
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerPoolError, match=r"no worker could start \(3 starts failed, none came up\); last: "
+                                                  r"worker \d: raised RuntimeError: this environment cannot be built"):
+            trainer.train()
+        assert time.monotonic() - start < 15
+        assert trainer.sampler.worker_restarts <= 2
+    finally:
+        trainer.close()
+    assert len([r for r in caplog.records if "replacing it" in r.getMessage()]) <= 2
+
+
+def test_a_worker_whose_replacements_cannot_start_stops_the_run_after_three_tries(make_cfg, tmp_path):
+    marker = tmp_path / "unbuildable"
+    trainer = build_trainer(make_cfg(
+        "env.entry_point=tests.faulty_envs:UnbuildableCartPole", f"+env.kwargs.unless={marker}", *MULTIPROCESS,
+        run_dir=tmp_path / "again",
+    ))
+    try:
+        train(trainer, 1)
+        marker.touch()  # from now on no worker can build its environments
+        os.kill(trainer.sampler.worker_pids()[2], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerPoolError, match=r"worker 2 failed to start 3 times in a row; last: raised "
+                                                  r"RuntimeError: this environment cannot be built while"):
+            train(trainer, 10)
+        assert time.monotonic() - start < 15
+        assert trainer.sampler.worker_restarts == 3  # died once, then failed to start twice
+    finally:
+        trainer.close()
+
+
 def test_too_few_live_workers_stop_the_run_after_the_start_timeout(make_cfg, tmp_path):
     marker = tmp_path / "hang"
     trainer = build_trainer(make_cfg(

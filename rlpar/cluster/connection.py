@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from rlpar.runtime.interrupts import HeldInterrupts, shielded
+from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
+from rlpar.cluster.errors import RayInstanceLostError
+from rlpar.runtime.interrupts import HeldInterrupts, add_failure_check, remove_failure_check, shielded
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent
+WAIT_SLICE_S = 0.25  # a wait on Ray looks this often whether the private instance is still whole
+VITAL_PROCESSES = ("gcs_server", "raylet")  # without either, a private instance cannot go on
 
 
 def is_loopback(address: str) -> bool:
@@ -52,51 +55,18 @@ def _prepare_environment(on_loopback: bool) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def default_token_file() -> Path:
-    """Where Ray reads a token when no variable names one, and where it writes a new one."""
-    return Path.home() / ".ray" / "auth_token"
-
-
-def token_source() -> str | None:
-    """Where a Ray process started now would read its auth token from (Ray's order), or None."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return "RAY_AUTH_TOKEN"
-    for path in filter(None, (os.environ.get("RAY_AUTH_TOKEN_PATH"), str(default_token_file()))):
-        if Path(path).is_file() and Path(path).read_text().strip():
-            return path
-    return None
-
-
-def require_token_auth(*, create_token: bool) -> str:
-    """Token authentication for every Ray instance rlpar starts, also where a user's environment
-    says RAY_AUTH_MODE=disabled: without it any local user (any host, were a port reachable)
-    can run code as this one. Ray's nodes, workers and this driver read the mode from the
-    environment; the token comes from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token,
-    made there (readable by this user only) when `create_token` and none exists. Returns where."""
-    _set_auth_mode("token")
-    if token_source() is None and create_token:
-        from ray._private.authentication.authentication_token_setup import generate_and_save_token
-
-        generate_and_save_token()
-        default_token_file().chmod(0o600)  # Ray writes it with the default umask
-    return token_source() or "nowhere (set RAY_AUTH_TOKEN)"
-
-
-def _set_auth_mode(mode: str) -> None:
-    os.environ["RAY_AUTH_MODE"] = mode
-    if "ray" in sys.modules:  # Ray caches its settings, RAY_AUTH_MODE included, once read
-        from ray._raylet import Config
-
-        Config.initialize("")
-
-
-def _token_auth_when_joining() -> None:
-    """Joining a cluster at an explicit address, Ray sends no token unless RAY_AUTH_MODE=token
-    (it turns token mode on by itself only for the cluster it finds with `auto`). rlpar's
-    local_cluster and `ray start` clusters of this user require one: with a token of this user's
-    at hand and no mode chosen, send it (a cluster without authentication ignores it)."""
-    if "RAY_AUTH_MODE" not in os.environ and token_source() is not None:
-        _set_auth_mode("token")
+def _join_with_clusters_auth(address: str) -> None:
+    """Use the authentication mode of the cluster at `address`, found out by asking it (see
+    rlpar.cluster.auth); a Ray client address (ray://) keeps the old rule: token mode when a
+    token of this user's is at hand and no mode is chosen."""
+    if address == "auto":
+        found = auto_address()
+        address = found[0] if found else None  # Ray looks further; nothing to ask here
+    mode = cluster_auth_mode(address) if address else None
+    if mode is not None and users_auth_mode() is None:
+        set_auth_mode(mode)
+    elif mode is None and "RAY_AUTH_MODE" not in os.environ and token_source() is not None:
+        set_auth_mode("token")
 
 
 def _start_private_instance(num_cpus: float | None, object_store_mb: int, namespace: str) -> None:
@@ -233,7 +203,12 @@ class PrivateInstance:
     ray.shutdown() stops the node processes Ray launched (GCS, raylet, dashboard, monitors) but
     not, if the raylet goes first, the raylet's agents and workers: they were seen orphaned
     after a run. Only this instance's processes are swept, known by descent from the processes
-    Ray launched for it; never "every child of this process" (a test's or a notebook's own)."""
+    Ray launched for it; never "every child of this process" (a test's or a notebook's own).
+
+    An instance whose GCS or raylet has died cannot go on (`lost`): no node can join a private
+    instance to host the runners again, and Ray's core worker aborts the driver a minute after
+    losing the GCS. Runs check it in every wait on Ray (RayConnection.wait) and stop; the stop
+    then kills the rest at once, without the graceful round."""
 
     def __init__(self, ray):
         import psutil
@@ -241,7 +216,21 @@ class PrivateInstance:
         self.ray = ray
         self.psutil = psutil
         self.processes: dict[tuple[int, float], object] = {}  # (pid, start time) -> psutil.Process
+        node = ray._private.worker._global_node
+        self.vital = {name: info.process for name in VITAL_PROCESSES
+                      for info in getattr(node, "all_processes", {}).get(name, [])}  # Popen: children of this process
         self.note_processes()
+        add_failure_check(self.lost)  # a wait the learner may be in (its compile) ends at once
+
+    def lost(self) -> str | None:
+        """Why the instance cannot go on (its GCS or raylet has exited), or None. A few
+        microseconds: one waitpid per process."""
+        for name, process in self.vital.items():
+            code = process.poll()
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                return f"the private Ray instance's {name} (pid {process.pid}) died ({how})"
+        return None
 
     def note_processes(self) -> None:
         """Add the instance's processes alive now (env runners start after ray.init)."""
@@ -263,10 +252,14 @@ class PrivateInstance:
     def stop(self, *, grace_s: float = 1.0) -> None:
         """ray.shutdown(), then SIGTERM and, after `grace_s`, SIGKILL for any of the instance's
         processes still running (psutil checks each is still the same process, not a reused pid)."""
+        remove_failure_check(self.lost)
         with shielded():  # a second Ctrl-C here left Ray half shut down
             self.note_processes()
+            if self.lost():
+                self._kill_at_once()
             if self.ray.is_initialized():
-                self.ray.shutdown()
+                with _no_task_event_flush() if self.lost() else nullcontext():
+                    self.ray.shutdown()
             alive = self._wait(list(self.processes.values()), grace_s)
             for signal_name in ("terminate", "kill"):
                 for process in alive:
@@ -275,6 +268,14 @@ class PrivateInstance:
                     except self.psutil.Error:
                         pass
                 alive = self._wait(alive, grace_s)
+
+    def _kill_at_once(self) -> None:
+        """A lost instance has nothing to shut down gracefully: its processes are killed at once."""
+        for process in self.processes.values():
+            try:
+                process.kill()
+            except self.psutil.Error:
+                pass
 
     def _wait(self, processes: list, timeout_s: float) -> list:
         """Those of `processes` still running after up to `timeout_s`. A zombie counts as gone: it
@@ -291,6 +292,26 @@ class PrivateInstance:
             return process.is_running() and process.status() != self.psutil.STATUS_ZOMBIE
         except self.psutil.Error:
             return False
+
+
+@contextmanager
+def _no_task_event_flush():
+    """ray.shutdown() without flushing task events to the GCS: with the GCS dead it waited 5 s
+    for that (Ray's core worker aborts the process a minute after losing the GCS, so the stop
+    must be quick). Ray re-reads its settings on Config.initialize; the variable is put back."""
+    from ray._raylet import Config
+
+    name = "RAY_task_events_shutdown_flush_timeout_ms"
+    saved = os.environ.get(name)
+    os.environ[name] = "0"
+    Config.initialize("")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 _state: dict = {"private_instance_pending": False, "private_instance": None}
@@ -331,7 +352,7 @@ class RayConnection:
         if ray.is_initialized():
             return
         if address:
-            _token_auth_when_joining()
+            _join_with_clusters_auth(address)
             loopback = {"_node_ip_address": "127.0.0.1"} if on_loopback else {}
             _ray_init(
                 ray,
@@ -346,6 +367,33 @@ class RayConnection:
         else:
             _start_private_instance(num_cpus, object_store_mb, namespace)
         self.started_here = True
+
+    @property
+    def stops_instance(self) -> bool:
+        """Whether `shutdown` stops a private instance, and with it every actor on it."""
+        return self.started_here and _state["private_instance"] is not None
+
+    def check(self) -> None:
+        """RayInstanceLostError once the private instance's GCS or raylet has died: its runners
+        cannot come back, and Ray's core worker would abort this process a minute later."""
+        instance = _state["private_instance"] if self.stops_instance else None
+        reason = instance.lost() if instance is not None else None
+        if reason:
+            raise RayInstanceLostError(f"{reason}; its workers cannot go on, and no node can join a private instance")
+
+    def wait(self, refs: list, *, timeout: float | None) -> list:
+        """The refs of `refs` that are ready, after waiting up to `timeout` (None: no limit) for
+        the first, in slices between which the private instance is checked (`check`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.check()
+            left = WAIT_SLICE_S if deadline is None else min(max(deadline - time.monotonic(), 0.0), WAIT_SLICE_S)
+            ready, rest = self.ray.wait(refs, num_returns=1, timeout=left)
+            if ready or (deadline is not None and time.monotonic() >= deadline):
+                break
+        if ready and rest:
+            ready += self.ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        return ready
 
     def shutdown(self) -> None:
         """Stop the private instance, processes and all; only disconnect from a user's cluster."""

@@ -11,7 +11,9 @@ The cluster requires Ray's auth token (RAY_AUTH_MODE=token): a client without it
 The token is RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token
 (made, readable by this user only, if missing); a line `auth=...` says which. rlpar, run by the
 same user, sends it by itself; another Ray client sets RAY_AUTH_MODE=token and, elsewhere or as
-another user, RAY_AUTH_TOKEN to the token's text.
+another user, RAY_AUTH_TOKEN to the token's text. `--auth disabled` starts it without
+authentication, as clusters of older Rays are (any local user can then run code as this one):
+to try rlpar against such a cluster.
 
 To watch a run survive a lost node and grow onto a new one, type on its standard input:
 `remove` (a worker node goes away, with its env runners) and `add` (a node joins);
@@ -25,18 +27,21 @@ import os
 import signal
 import sys
 
-from rlpar.cluster.connection import require_token_auth, token_source
+from rlpar.cluster.auth import require_token_auth, set_auth_mode, token_source
 
 
 def node_args(cpus_per_node: float, object_store_mb: int) -> dict:
     return dict(num_cpus=cpus_per_node, object_store_memory=object_store_mb * 1024 * 1024)
 
 
-def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100):
+def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100, auth: str = "token"):
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on 127.0.0.1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     # Cluster starts its nodes with the environment's mode, which is no authentication unless set.
-    require_token_auth(create_token=True)
+    if auth == "token":
+        require_token_auth(create_token=True)
+    else:
+        set_auth_mode("disabled")
     from ray.cluster_utils import Cluster
 
     args = node_args(cpus_per_node, object_store_mb)
@@ -107,13 +112,18 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--cpus-per-node", type=float, default=1)
     parser.add_argument("--object-store-mb", type=int, default=100)
+    parser.add_argument("--auth", choices=("token", "disabled"), default="token",
+                        help="token (default): clients need Ray's auth token; disabled: none, as older Rays")
     args = parser.parse_args()
-    cluster = start_cluster(args.nodes, args.cpus_per_node, args.object_store_mb)
+    cluster = start_cluster(args.nodes, args.cpus_per_node, args.object_store_mb, args.auth)
     watch = RayletWatch()
     watch.note()
     signal.signal(signal.SIGTERM, _interrupt)
-    print(f"auth=token from {token_source()} (clients: RAY_AUTH_MODE=token, and this token unless "
-          f"they read the same)", flush=True)
+    if args.auth == "token":
+        print(f"auth=token from {token_source()} (clients: RAY_AUTH_MODE=token, and this token unless "
+              f"they read the same)", flush=True)
+    else:
+        print("auth=disabled (any client that reaches the address can run code as this user)", flush=True)
     print(f"address={cluster.address}", flush=True)
     try:
         serve_commands(cluster, node_args(args.cpus_per_node, args.object_store_mb), sys.stdin, watch)

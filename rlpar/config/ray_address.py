@@ -1,4 +1,5 @@
-"""Is the Ray cluster a config names reachable? Checked before anything starts."""
+"""Is the Ray cluster a config names reachable, and can this process join it? Checked before
+anything starts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def ray_address_problem(address) -> str | None:
     if not isinstance(address, str):
         return f"expected HOST:PORT, ray://HOST:PORT or auto, got {address!r}"
     if address != "auto":
-        return _address_problem(address)
+        return _address_problem(address) or _auth_problem(address)
     from rlpar.cluster.connection import auto_address, current_cluster_file
 
     found = auto_address()
@@ -23,8 +24,15 @@ def ray_address_problem(address) -> str | None:
             f"no {current_cluster_file()}); start one with `ray start --head` or give ray.address=HOST:PORT"
         )
     address, source = found
-    problem = _address_problem(address)
-    return f"auto found {address} in {source}, but {problem}" if problem else None
+    problem = _address_problem(address) or _auth_problem(address)
+    return f"auto found {address} in {source}; {problem}" if problem else None
+
+
+def _auth_problem(address: str) -> str | None:
+    """A cluster that wants another authentication mode, or a token this process lacks."""
+    from rlpar.cluster.auth import join_auth_problem
+
+    return join_auth_problem(address)
 
 
 def _address_problem(address: str) -> str | None:

@@ -267,9 +267,10 @@ class CompiledStep:
             self._wait_unless_interrupted()
 
     def _wait_unless_interrupted(self) -> None:
-        """Wait for the compile thread, or until a signal asks the run to stop (steps then stay
-        eager, and main.py leaves past the still-compiling thread with os._exit)."""
-        from rlpar.runtime.interrupts import interrupted
+        """Wait for the compile thread, or until a signal asks the run to stop or the run cannot
+        go on (steps then stay eager, and main.py leaves past the still-compiling thread with
+        os._exit)."""
+        from rlpar.runtime.interrupts import failing, interrupted
 
-        while self._compiling.is_alive() and not interrupted():
+        while self._compiling.is_alive() and not interrupted() and not failing():
             self._compiling.join(0.05)

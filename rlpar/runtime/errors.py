@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlpar.cluster.errors import RayInstanceLostError
 from rlpar.errors import EnvironmentFailedError
 from rlpar.learning.errors import NonFiniteLossError
 from rlpar.sampling.errors import NonFiniteObservationError, WorkerPoolError
@@ -21,4 +22,4 @@ class RunDirError(Exception):
 
 # A run stops on these with a final checkpoint where one can still be written, and one line.
 TRAINING_STOPS = (NonFiniteLossError, NonFiniteObservationError, WorkerPoolError, CheckpointWriteError, RunDirError,
-                  EnvironmentFailedError)
+                  EnvironmentFailedError, RayInstanceLostError)

@@ -10,6 +10,8 @@ main.py answers signals in three phases (`exit_at_once_on_signals`, then `stop_o
   `ray.shutdown()` short used to leave Ray's agents running and the driver exiting 1, silently.
 
 Without main.py's handlers (rlpar used as a library), `HeldInterrupts` and `shielded` work alone.
+Long waits look at `stop_requested` (a signal asked the block under way to stop) and `failing`
+(a registered check says the run cannot go on, e.g. its Ray instance is lost) to end early.
 """
 
 from __future__ import annotations
@@ -99,6 +101,35 @@ def _stopping() -> bool:
     return _process["stopping"]
 
 
+_held_blocks: list = []  # the HeldInterrupts blocks under way, innermost last
+_failure_checks: list = []  # callables: why the run cannot go on (no signal says so), or None
+
+
+def add_failure_check(check) -> None:
+    """Register `check()`, cheap, returning why the run cannot go on or None (e.g. the private Ray
+    instance lost its raylet): see `failing`."""
+    _failure_checks.append(check)
+
+
+def remove_failure_check(check) -> None:
+    if check in _failure_checks:
+        _failure_checks.remove(check)
+
+
+def failing() -> bool:
+    """Whether a registered check says the run cannot go on. The error itself is raised where the
+    run next looks (the sampler, at a safe point); a wait that can be cut short, as a signal
+    cuts it (the learner's compile), ends at once, so the stop is not held up behind it."""
+    return any(check() for check in _failure_checks)
+
+
+def stop_requested() -> bool:
+    """Whether a signal has asked a HeldInterrupts block under way to stop. Code that may wait
+    long inside one, e.g. for hundreds of workers to boot, checks this and stops sooner than the
+    block's safe point: before a first iteration there is nothing to finish."""
+    return any(block.requested for block in _held_blocks)
+
+
 class HeldInterrupts:
     """Within the block, SIGINT and SIGTERM only set `requested` (and print `message` once);
     the caller stops at its next safe point. With `second_stops_at_once`, a second signal raises
@@ -118,6 +149,7 @@ class HeldInterrupts:
     def __enter__(self):
         if _process["mode"] is not None and _process["signalled"] and not _process["stopping"]:
             self.requested = True  # a signal whose KeyboardInterrupt Python dropped: stop here
+        _held_blocks.append(self)
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 if callable(signal.getsignal(sig)):
@@ -138,6 +170,8 @@ class HeldInterrupts:
         print(self.message, file=sys.stderr, flush=True)
 
     def __exit__(self, *exc_info):
+        if self in _held_blocks:
+            _held_blocks.remove(self)
         if self.requested:
             stop_under_way()  # before main.py's handler is back: it then only notes signals
         for sig, handler in self._previous.items():

@@ -78,6 +78,10 @@ class DistributedSampler(WorkerPoolSampler):
         # Not waited for here: runners boot while the learner and logger are being built.
         self.start_workers()
 
+    def sample(self, weights: dict, version: int) -> Batch:
+        self.connection.check()  # first: once the raylet is gone, even putting the weights blocks
+        return super().sample(weights, version)
+
     def _launch(self, worker: int) -> None:
         self.runners[worker] = self.runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
         self.locations[worker] = None
@@ -158,17 +162,15 @@ class DistributedSampler(WorkerPoolSampler):
         to `timeout` for the first."""
         refs = [ref for ref, worker in requests.items() if worker in workers]
         if not refs:
+            self.connection.check()
             return []
-        ready, rest = self.ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready and rest:
-            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
-            ready += more
-        return ready
+        return self.connection.wait(refs, timeout=timeout)
 
     def _get(self, ref):
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as err:  # actor died, node lost, or the runner raised
+            self.connection.check()  # runners that died with the private instance: not replaced
             cause = getattr(err, "cause", None)
             return WorkerFailure(_describe(err), stops_run=cause if isinstance(cause, EnvironmentFailedError) else None)
 
@@ -197,12 +199,15 @@ class DistributedSampler(WorkerPoolSampler):
         return metrics
 
     def close(self) -> None:
-        for worker, runner in enumerate(getattr(self, "runners", [])):
-            if runner is not None:
-                self._stop(worker)
-        if getattr(self, "inference", None) is not None:
-            self.ray.kill(self.inference)
-            self.inference = None
+        # The private instance takes its actors with it: killing hundreds one by one first (a GCS
+        # call each) only delays the stop.
+        if not (hasattr(self, "connection") and self.connection.stops_instance):
+            for worker, runner in enumerate(getattr(self, "runners", [])):
+                if runner is not None:
+                    self._stop(worker)
+            if getattr(self, "inference", None) is not None:
+                self.ray.kill(self.inference)
+        self.runners, self.inference, self.pending, self.location_refs = [None] * self.num_workers, None, {}, {}
         if hasattr(self, "connection"):
             self.connection.shutdown()
 

@@ -14,8 +14,9 @@ replaced by a fresh one (new environment seeds), which gets the newest weights o
 request. Its rollout is dropped, never partly used; the round goes on with the healthy workers.
 Replacements start in the background and join a later round once they answer (on a Ray cluster
 they wait for capacity, e.g. a node that joins later). The run stops with `WorkerPoolError` after
-more than `max_worker_restarts` replacements, or when fewer than `min_live_workers` are up for
-`start_timeout_s`.
+more than `max_worker_restarts` replacements, when fewer than `min_live_workers` are up for
+`start_timeout_s`, or at once when starting fails again and again: `START_ATTEMPTS` times in a
+row for one worker, or that often in all before any worker came up.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ from abc import abstractmethod
 
 import numpy as np
 
+from rlpar.runtime.interrupts import stop_requested
 from rlpar.sampling.base import Sampler
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
 from rlpar.sampling.rollout import RolloutWorker
 
 log = logging.getLogger("rlpar")
+
+START_ATTEMPTS = 3  # failed starts that show a worker cannot start (a cancelled actor, an env that cannot be built)
+WAIT_SLICE_S = 0.25  # a wait for workers to start looks up this often whether a signal asked to stop
 
 
 class WorkerPoolSampler(Sampler):
@@ -81,6 +86,8 @@ class WorkerPoolSampler(Sampler):
         self.in_flight: dict[int, float] = {}  # worker -> deadline of its request
         self.sent_version: list[int | None] = [None] * num_workers
         self.generation = [0] * num_workers  # replacements of each worker so far
+        self.failed_starts = [0] * num_workers  # of each worker since it was last up
+        self.any_worker_up = False
         self.worker_restarts = 0
         self.env_restarts = 0
         self.dropped_batches = 0
@@ -174,22 +181,39 @@ class WorkerPoolSampler(Sampler):
         self._launch(worker)
         self.starting.add(worker)
 
+    def _check_start_failure(self, worker: int, failure: WorkerFailure) -> None:
+        """A worker that failed before it ever came up is started again once, twice; more, and
+        the cause is no passing trouble (a cluster that cancels every actor, an environment no
+        worker can build): the run stops within seconds, not after max_worker_restarts launches."""
+        self.failed_starts[worker] += 1
+        failed = sum(self.failed_starts)
+        if self.failed_starts[worker] >= START_ATTEMPTS:
+            raise WorkerPoolError(f"worker {worker} failed to start {self.failed_starts[worker]} times in a row; "
+                                  f"last: {failure.reason}")
+        if not self.any_worker_up and failed >= START_ATTEMPTS:
+            raise WorkerPoolError(f"no worker could start ({failed} starts failed, none came up); last: worker "
+                                  f"{worker}: {failure.reason}")
+
     def _admit_started(self) -> None:
         """Move workers that came up into the live set; wait when the pool is booting or too small."""
         deadline = time.monotonic() + self.start_timeout_s
         while self.starting:
             must_wait = bool(self.booting) or len(self.live) < self.min_live_workers
             timeout = max(deadline - time.monotonic(), 0.0) if must_wait else 0.0
-            answered = self._ready(set(self.starting), timeout)
+            answered = self._ready(set(self.starting), min(timeout, WAIT_SLICE_S))
             for worker, failure in answered:
                 self.starting.discard(worker)
                 self.booting.discard(worker)
                 if failure is None:
                     self.live.add(worker)
+                    self.failed_starts[worker], self.any_worker_up = 0, True
                 else:
+                    self._check_start_failure(worker, failure)
                     self._replace(worker, failure)
             if not must_wait or (not answered and time.monotonic() >= deadline):
                 break
+            if stop_requested():  # hundreds of workers may take minutes to boot: not waited for
+                raise KeyboardInterrupt
         self.booting.clear()
         if len(self.live) < self.min_live_workers:
             raise WorkerPoolError(
