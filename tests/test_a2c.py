@@ -70,6 +70,7 @@ def estimator_inputs(batch):
     ({"n_steps": 3}, lambda b: compute_nstep_returns(**estimator_inputs(b), n_steps=3)),
     ({"advantage": "gae", "gae_lambda": 0.7}, lambda b: compute_gae(**estimator_inputs(b), gae_lambda=0.7)),
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [False, True])
 def test_update_reports_the_loss_of_its_advantages(rollout, options, estimate, normalize):
     policy_spec, batch = rollout
@@ -82,6 +83,7 @@ def test_update_reports_the_loss_of_its_advantages(rollout, options, estimate, n
     assert stats["gradient_steps"] == 1 and stats["policy_version"] == 1
 
 
+@pytest.mark.slow
 def test_options_change_the_step(rollout):
     """Each knob reaches the update: entropy bonus, value weight, optimiser, reward scale."""
     policy_spec, batch = rollout
@@ -167,6 +169,7 @@ def test_multiprocess_matches_local_iteration_after_iteration(make_cfg, tmp_path
     assert rows["local"] == rows["mp"]
 
 
+@pytest.mark.slow
 def test_preset_solves_cartpole(make_cfg, tmp_path):
     """`algo=a2c` on CartPole (its preset): seeds 0-9 reached a 20-episode mean of 475 at
     26k-54k env steps in tuning; the default seed must within the preset's 100k."""

@@ -122,6 +122,7 @@ def apply_in_a_child(shared, gradients, done):
     done.put(shared.apply(gradients, version=0, env_steps=7))
 
 
+@pytest.mark.slow
 def test_a_gradient_applied_in_another_process_changes_the_learners_model():
     """SharedParameters crosses a process boundary as handles: the child's RMSprop step lands in
     the parent's model and optimiser statistics, and the counters count it."""

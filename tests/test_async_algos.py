@@ -13,6 +13,7 @@ def first_reaching(run_dir, threshold: float) -> int | None:
     return next((r["env_steps"] for r in rows if (r["episode_return_mean"] or 0) >= threshold), None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["impala", "appo"])
 def test_learns_cartpole_in_a_small_budget(make_cfg, tmp_path, algo):
     """Local sampling: synchronous, lag 0. CartPole's preset of each algorithm."""

@@ -66,6 +66,7 @@ def test_ale_runs_single_frames_with_sticky_actions_and_the_minimal_action_set(a
     assert no_sticky.action_space == gym.spaces.Discrete(18)
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_observations_and_another_seed_others(ale):
     actions = [step % 4 for step in range(300)]
     first = play(make_env(atari_spec("ALE/Breakout-v5")), actions, seed=5)
@@ -75,6 +76,7 @@ def test_the_same_seed_gives_the_same_observations_and_another_seed_others(ale):
     assert first.shape != other.shape or not np.array_equal(first, other)
 
 
+@pytest.mark.slow
 def test_a_pickled_env_carries_on_exactly_as_the_original(ale):
     """Exact resume pickles vector envs: ale-py's own pickle is a new, unreset game."""
     env = make_vector_env(atari_spec("ALE/Breakout-v5"), 2)

@@ -171,6 +171,7 @@ def results(tmp_path_factory):
         return {"out": tmp / "out", **{name: future.result() for name, future in futures.items()}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_bad_input_is_refused_clearly(results, name):
     case = CASES[name]
@@ -196,6 +197,7 @@ def problem_lines(stderr: str) -> list[str]:
     return [line.replace(REFUSAL, "", 1).strip() for line in stderr.splitlines() if line.strip() != REFUSAL]
 
 
+@pytest.mark.slow
 def test_several_problems_come_in_one_message(results):
     proc, elapsed = results["several"]
     assert proc.returncode == 2 and elapsed < MAX_SECONDS

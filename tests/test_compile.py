@@ -29,6 +29,7 @@ def trainer_for(make_cfg, tmp_path, algo, compiled: bool):
                                   "checkpoint.every=0", run_dir=tmp_path / f"{algo}_{compiled}"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_compiled_loss_learns_like_eager_and_checkpoints_cross_over(make_cfg, tmp_path, algo):
     eager, compiled = trainer_for(make_cfg, tmp_path, algo, False), trainer_for(make_cfg, tmp_path, algo, True)
@@ -58,6 +59,7 @@ def test_compiled_loss_learns_like_eager_and_checkpoints_cross_over(make_cfg, tm
         compiled.close()
 
 
+@pytest.mark.slow
 def test_a_run_shorter_than_its_compile_exits_cleanly(tmp_path):
     """PPO compiles in a background thread; a run that ends first must not wait for it, nor let
     the interpreter's shutdown abort under it (exit -6, "terminate called without an active

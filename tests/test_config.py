@@ -92,6 +92,7 @@ def _targets() -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", _targets())
 def test_keys_read_from_source_match_the_real_signature(target):
     """Validation reads constructors' keywords from source (no torch import): it must agree with
@@ -149,6 +150,7 @@ def test_keys_the_user_sets_win_over_the_preset(make_cfg):
     assert (table_row.workers, table_row.envs_per_worker) == (1, 1)
 
 
+@pytest.mark.slow
 def test_every_preset_key_is_a_config_key(make_cfg):
     """A preset key that no config has would be added silently and refused only by validation."""
     from rlpar.config.presets import PRESET_DIR, flat_keys

@@ -13,6 +13,8 @@ import ray
 from tests.ray_helpers import ROOT, connected_cluster
 from tests.test_samplers import assert_first_iteration_matches_local
 
+pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+
 
 @pytest.fixture(scope="module")
 def cluster():

@@ -18,6 +18,7 @@ FAST = ("algo=dqn", "model.hidden_sizes=[64,64]", "model.dueling=true", "algo.n_
         "algo.epsilon_end=0.01", "algo.exploration_steps=6000", "algo.replay.capacity=20000")
 
 
+@pytest.mark.slow
 def test_dqn_learns_cartpole_within_a_small_budget(make_cfg, tmp_path):
     trainer = build_trainer(make_cfg(*FAST, "total_steps=12288", "checkpoint.every=0", run_dir=tmp_path / "dqn"))
     try:
@@ -51,6 +52,7 @@ RESUMABLE = (*FAST, "algo.replay.prioritized=true", "algo.replay.checkpoint=true
              f"total_steps={ITERATIONS * 256}", f"checkpoint.every={EVERY}")
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_with_replay_checkpoint_equals_an_uninterrupted_run(tmp_path):
     reference_dir = tmp_path / "uninterrupted"
     run_cli(*RESUMABLE, run_dir=reference_dir)

@@ -28,6 +28,7 @@ SAMPLERS = {
 BREAKS_AFTER = 3000  # steps of each worker process: a few iterations, checkpointed, before the environment breaks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", list(SAMPLERS))
 def test_an_environment_that_breaks_for_good_stops_the_run_on_every_sampler(tmp_path, sampler):
     run_dir = tmp_path / "run"

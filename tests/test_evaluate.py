@@ -54,6 +54,7 @@ def trained(tmp_path_factory):
     return run_dir, final
 
 
+@pytest.mark.slow
 def test_evaluate_writes_video_metrics_tensorboard_and_wandb(trained, tmp_path):
     run_dir, final = trained
     wandb_runs_before = set((run_dir / "wandb").glob("offline-run-*"))
@@ -103,6 +104,7 @@ def test_evaluate_writes_video_metrics_tensorboard_and_wandb(trained, tmp_path):
     assert len(logged) == 1 and logged[0].read_bytes() == data
 
 
+@pytest.mark.slow
 def test_evaluate_seed_and_no_video(trained, tmp_path):
     run_dir, _ = trained
     first = evaluate(run_dir, "--episodes", 2, "--seed", 3, "--no-video", cwd=tmp_path)
@@ -123,6 +125,7 @@ def one_line_refusal(proc, code):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_evaluate_refuses_what_it_cannot_evaluate(trained, tmp_path):
     run_dir, _ = trained
     (tmp_path / "empty").mkdir()
@@ -144,6 +147,7 @@ def test_evaluate_refuses_what_it_cannot_evaluate(trained, tmp_path):
     assert "--episodes" in one_line_refusal(evaluate(run_dir, "--episodes", "0", cwd=tmp_path), 2)
 
 
+@pytest.mark.slow
 def test_evaluate_env_that_cannot_render(trained, tmp_path):
     """An environment class that takes no render_mode: one line (exit 1) with video; without
     video it is evaluated."""

@@ -7,6 +7,7 @@ import pytest
 from rlpar.runtime.run import run
 
 
+@pytest.mark.slow
 def test_default_config_solves_cartpole(make_cfg, tmp_path):
     run_dir = tmp_path / "learn"
     final = run(make_cfg("seed=0", "eval_episodes=5", run_dir=run_dir))

@@ -44,6 +44,7 @@ def committed_run_dirs(preset: str) -> list[Path]:
     return sorted(p.parent for p in (RESULTS / preset / "runs").glob("*/config.yaml"))
 
 
+@pytest.mark.slow
 def test_learning_curves_notebook_shows_the_committed_runs_by_default(monkeypatch):
     monkeypatch.delenv("RLPAR_SWEEP_DIR", raising=False)
     outputs = execute("learning_curves.ipynb")
@@ -55,6 +56,7 @@ def test_learning_curves_notebook_shows_the_committed_runs_by_default(monkeypatc
     assert "episode_return_mean" in shown(outputs, "text/html")[0]  # one run's metrics as a pandas table
 
 
+@pytest.mark.slow
 def test_scaling_notebook_shows_the_committed_runs_by_default(monkeypatch):
     monkeypatch.delenv("RLPAR_SWEEP_DIR", raising=False)
     outputs = execute("scaling.ipynb")
@@ -65,6 +67,7 @@ def test_scaling_notebook_shows_the_committed_runs_by_default(monkeypatch):
     assert "Pendulum-v1: fastest is" in printed(outputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["learning_curves.ipynb", "scaling.ipynb"])
 @pytest.mark.parametrize("case", ["missing", "empty"])
 def test_a_sweep_with_nothing_to_show_gets_one_sentence(name, case, tmp_path, monkeypatch):
@@ -92,6 +95,7 @@ def write_search(directory: Path) -> Path:
     return directory
 
 
+@pytest.mark.slow
 def test_search_notebook_shows_every_trial_and_the_best_configuration(tmp_path, monkeypatch):
     monkeypatch.setenv("RLPAR_SEARCH_DIR", str(write_search(tmp_path / "search")))
     outputs = execute("search.ipynb")
@@ -113,6 +117,7 @@ def test_a_trial_restarted_from_another_trials_checkpoint_is_drawn_with_a_gap():
     assert [str(x) for x in xs] == ["100", "200", "nan", "150", "250"] and str(ys[2]) == "nan"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "no trials"])
 def test_a_search_with_nothing_to_show_gets_one_sentence(case, tmp_path, monkeypatch):
     search_dir = tmp_path / "search"

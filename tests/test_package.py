@@ -94,6 +94,7 @@ def readme_api_example() -> str:
     return next(block for block in blocks if "build_trainer(" in block and "trainer.evaluate(" in block)
 
 
+@pytest.mark.slow
 def test_readme_api_example_from_another_directory(venv, tmp_path):
     check = (
         "\nimport json, rlpar, torch\n"
@@ -118,6 +119,7 @@ def test_readme_api_example_from_another_directory(venv, tmp_path):
     assert -2000 < evaluation["eval_return_min"] <= evaluation["eval_return_mean"] <= evaluation["eval_return_max"] < 0
 
 
+@pytest.mark.slow
 def test_rlpar_command_from_another_directory(venv, tmp_path):
     rlpar = venv / "bin" / "rlpar"
     help_ = call([rlpar, "--help"], tmp_path)
@@ -144,6 +146,7 @@ def test_rlpar_command_from_another_directory(venv, tmp_path):
     assert "Traceback" not in refused.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["local", "multiprocess", "distributed"])
 def test_env_class_in_the_current_directory(venv, tmp_path, parallel):
     (tmp_path / "my_env.py").write_text(GRID_ENV)
@@ -160,6 +163,7 @@ def test_env_class_in_the_current_directory(venv, tmp_path, parallel):
         assert len(list((tmp_path / "run" / "videos").glob("*.mp4"))) == 1
 
 
+@pytest.mark.slow
 def test_env_class_elsewhere_is_refused_in_one_line(venv, tmp_path):
     """The same command where no my_env.py is: refused before anything starts (exit 2)."""
     proc = call([venv / "bin" / "rlpar", "train", "env.entry_point=my_env:GridEnv", "env.id=null"], tmp_path)

@@ -20,6 +20,8 @@ from rlpar.sampling.errors import WorkerPoolError
 from tests.processes import cmdline, descendants_of, left_running, running, wait_until
 from tests.ray_helpers import ROOT, connected_cluster
 
+pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+
 DISTRIBUTED = ("parallel=distributed", "workers=4", "envs_per_worker=2", "algo.rollout_length=32")
 
 

@@ -62,6 +62,7 @@ def sweep(tmp_path_factory):
     return sweep_dir
 
 
+@pytest.mark.slow
 def test_report_has_one_row_per_mode_and_workers_and_the_plots(sweep):
     report = write_report(sweep)
     text = report.read_text()
@@ -81,6 +82,7 @@ def test_report_has_one_row_per_mode_and_workers_and_the_plots(sweep):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, name
 
 
+@pytest.mark.slow
 def test_report_lists_unfinished_runs_instead_of_hiding_them(sweep, tmp_path):
     import shutil
 
@@ -110,6 +112,7 @@ def test_report_says_in_one_sentence_that_a_sweep_has_nothing_to_show(tmp_path, 
     assert expected[case] in message and "nothing to show" in message
 
 
+@pytest.mark.slow
 def test_thresholds_come_from_gymnasium_then_the_run_config_then_the_override(tmp_path):
     write_run(tmp_path / "acrobot", "Acrobot-v1", returns=(-500.0, -150.0, -90.0, -80.0))
     write_run(tmp_path / "mountaincar", "MountainCar-v0", returns=(-200.0, -120.0))
@@ -147,6 +150,7 @@ def test_an_env_without_any_threshold_says_so_instead_of_zero_reached(tmp_path):
     assert "| - (no threshold) |" in text and "--threshold CliffWalking-v1=VALUE" in text
 
 
+@pytest.mark.slow
 def test_a_run_with_an_id_and_an_entry_point_is_reported_under_the_entry_point_it_trained(tmp_path):
     # rlpar.envs.factory.make_env builds env.entry_point when both are set
     write_run(tmp_path / "custom", "CartPole-v1", entry_point="my_pkg.envs:MyEnv", returns=(1.0, 500.0))
@@ -190,6 +194,7 @@ def test_the_panels_make_a_grid_that_stays_readable(envs, shape):
     assert grid_shape(envs) == shape
 
 
+@pytest.mark.slow
 def test_twelve_environments_plot_as_a_grid_not_one_long_row(tmp_path):
     sweep_dir = tmp_path / "sweep"
     for env_id in TWELVE_ENVS:
@@ -212,6 +217,7 @@ def test_labels_read_well():
         ["0", "500", "2.5k", "100k", "150k", "1.2M", "-200"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["scaling.ipynb", "learning_curves.ipynb"])
 def test_notebooks_run_top_to_bottom_on_the_sweep(sweep, name, monkeypatch):
     monkeypatch.setenv("RLPAR_SWEEP_DIR", str(sweep))
@@ -223,6 +229,7 @@ def test_notebooks_run_top_to_bottom_on_the_sweep(sweep, name, monkeypatch):
     assert sum(1 for o in outputs if "image/png" in o.get("data", {})) >= 2
 
 
+@pytest.mark.slow
 def test_ray_launcher_runs_the_trials_of_a_sweep(tmp_path):
     proc = subprocess.run(
         [sys.executable, "main.py", "-m", "experiment=learning_curves", "hydra/launcher=rlpar_ray",
@@ -292,6 +299,7 @@ def report_of(directory: Path) -> tuple[str, list[dict]]:
         return (directory / "report.md").read_text(), list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_a_search_is_reported_trial_by_trial_best_first(tmp_path):
     text, rows = report_of(write_search(tmp_path / "search"))
     # the search's own config.yaml is not a run, Tune's state is not looked into
@@ -325,6 +333,7 @@ def test_a_searchs_trials_are_its_runs_and_nothing_else(tmp_path):
     assert len(load_runs(directory)) == 4
 
 
+@pytest.mark.slow
 def test_a_search_under_way_and_mode_min_rank_from_the_trials_own_configs(tmp_path):
     directory = write_search(tmp_path / "search", mode="min")
     (directory / "search.csv").unlink()
@@ -338,6 +347,7 @@ def test_a_search_under_way_and_mode_min_rank_from_the_trials_own_configs(tmp_pa
     assert (directory / "search_trials.png").is_file()
 
 
+@pytest.mark.slow
 def test_a_population_based_search_shows_the_exploits(tmp_path):
     directory = write_search(tmp_path / "search", pbt=True)
     text, rows = report_of(directory)

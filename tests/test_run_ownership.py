@@ -64,6 +64,7 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_a_new_run_into_a_finished_runs_directory_is_refused_and_leaves_it_intact(finished_run, tmp_path):
     run_dir = Path(shutil.copytree(finished_run, tmp_path / "run"))
     before = fingerprint(run_dir)
@@ -82,6 +83,7 @@ def test_a_new_run_into_a_finished_runs_directory_is_refused_and_leaves_it_intac
     assert iterations(run_dir) == list(range(1, 9))
 
 
+@pytest.mark.slow
 def test_a_folder_of_a_users_files_is_never_written_into(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -138,6 +140,7 @@ def test_a_forked_worker_does_not_keep_the_lock_after_its_run_released_it(tmp_pa
         child.join(10)
 
 
+@pytest.mark.slow
 def test_a_hand_edited_config_is_refused_naming_what_no_longer_matches(finished_run, tmp_path):
     run_dir = Path(shutil.copytree(finished_run, tmp_path / "edited"))
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -160,6 +163,7 @@ def test_a_hand_edited_config_is_refused_naming_what_no_longer_matches(finished_
     assert "network does not fit Pendulum-v1's spaces" in evaluated.stderr and "env.id" in evaluated.stderr
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_no_empty_folder_of_hydras(tmp_path):
     run_dir = tmp_path / "elsewhere"
     proc = main_py("total_steps=10000000", f"run_dir={run_dir}", cwd=tmp_path)

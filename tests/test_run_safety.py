@@ -89,6 +89,7 @@ def _inject(path: Path, marker: Path, where: str, recompute_checksums: bool) -> 
     torch.save(state, path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["signed_blob", "unsigned_blob", "old_location"])
 def test_a_pickle_payload_in_a_checkpoint_never_runs(copy_of, tmp_path, where):
     run_dir = copy_of()
@@ -113,6 +114,7 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs(copy_of, tmp_path, where):
     assert iterations == list(range(1, 17))
 
 
+@pytest.mark.slow
 def test_a_payload_without_new_checksums_is_skipped_as_damaged(copy_of, tmp_path):
     run_dir = copy_of()
     marker = tmp_path / "pwned"
@@ -125,6 +127,7 @@ def test_a_payload_without_new_checksums_is_skipped_as_damaged(copy_of, tmp_path
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_environment_state_signed_with_another_users_key_is_refused(copy_of, tmp_path, monkeypatch):
     run_dir = copy_of()
     state = load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1])
@@ -138,6 +141,7 @@ def test_environment_state_signed_with_another_users_key_is_refused(copy_of, tmp
     assert "signature does not match" in problem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["flipped_bytes", "truncated"])
 def test_a_damaged_newest_checkpoint_is_named_set_aside_and_recorded(copy_of, tmp_path, damage):
     run_dir = copy_of()
@@ -169,6 +173,7 @@ def _resume_output(run_dir: Path, tmp_path: Path) -> tuple[int, str]:
     return proc.returncode, out
 
 
+@pytest.mark.slow
 def test_a_second_run_on_one_run_dir_is_refused_at_once_even_with_the_lock_file_deleted(tmp_path):
     run_dir = tmp_path / "shared"
     first = main_py("total_steps=200000", "checkpoint.every=5", "checkpoint.keep=2", hydra_dir=run_dir)
@@ -269,6 +274,7 @@ def _unshare_works() -> bool:
         ["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _unshare_works(), reason="needs user and mount namespaces (unshare -rm) for a small tmpfs")
 def test_a_full_disk_stops_the_run_with_one_line_and_keeps_earlier_checkpoints(tmp_path):
     """A real 400 KiB tmpfs, in a private mount namespace: the run fills it, then resumes on it."""
@@ -328,6 +334,7 @@ finally:
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_tensorboard_stops_the_run_in_one_line(tmp_path):
     """TensorBoard's events file on /dev/full: its writer thread fails quietly, and the next
     iteration stops the run with one line, not a thread's traceback (in a process of its own:

@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+
 from tests.defaults import STEPS_PER_ITERATION
+
+pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKERS = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard/agent.py", "runtime_env/agent")

@@ -12,6 +12,8 @@ import pytest
 
 from tests.processes import cmdline, default_sigint, descendants_of, left_running, running, still_running, wait_until
 
+pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -69,6 +69,7 @@ def test_a_key_that_cannot_sign_is_refused_and_never_replaced(key_file, content,
         assert key_file.read_text() == content  # refused, not replaced: something may have been signed with it
 
 
+@pytest.mark.slow
 def test_main_refuses_a_short_key_before_training(key_file, tmp_path):
     key_file.parent.mkdir()
     key_file.write_text("abc")
@@ -99,6 +100,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_forged_under_an_empty_key_never_runs(key_file, tmp_path):
     env = {**os.environ, KEY_ENV: str(key_file)}
     run_dir = tmp_path / "run"

@@ -32,6 +32,7 @@ def train(make_cfg, run_dir, *overrides):
         trainer.close()
 
 
+@pytest.mark.slow
 def test_grid_world_is_learned_through_the_cnn_locally(make_cfg, tmp_path):
     algorithm = train(make_cfg, tmp_path / "grid", f"env.id={GRID}", "total_steps=60000")
     assert type(algorithm.model).__name__ == "CNNActorCritic"
@@ -68,6 +69,7 @@ def test_image_rollouts_hold_the_environments_bytes():
     ("rlpar/MultiDiscreteMatch-v0", "ppo", 9.0),  # Tuple of Discrete, MultiDiscrete actions; random 3.3
     ("rlpar/MultiBinaryMatch-v0", "a2c", 9.0),  # Tuple of MultiBinary, MultiBinary actions; random 5
 ])
+@pytest.mark.slow
 def test_structured_spaces_are_learned(make_cfg, tmp_path, env_id, algo, threshold):
     run_dir = tmp_path / "learn"
     train(make_cfg, run_dir, f"env.id={env_id}", f"algo={algo}", "total_steps=30000")

@@ -2,10 +2,13 @@
 
 import os
 
+import pytest
+
 from rlpar.runtime.run import run
 from tests.defaults import STEPS_PER_ITERATION
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_is_written(make_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     run_dir = tmp_path / "w"

@@ -79,6 +79,7 @@ def test_killed_worker_process_is_replaced_and_training_goes_on(make_cfg, tmp_pa
     assert all(np.isfinite(r["loss_value"]) for r in rows)
 
 
+@pytest.mark.slow
 def test_stopped_worker_is_timed_out_killed_and_replaced(make_cfg, tmp_path):
     trainer = multiprocess_trainer(make_cfg, tmp_path, "parallel.sample_timeout_s=2")
     try:
@@ -145,6 +146,7 @@ def test_a_worker_whose_replacements_cannot_start_stops_the_run_after_three_trie
         trainer.close()
 
 
+@pytest.mark.slow
 def test_too_few_live_workers_stop_the_run_after_the_start_timeout(make_cfg, tmp_path):
     marker = tmp_path / "hang"
     trainer = build_trainer(make_cfg(
@@ -165,6 +167,7 @@ def test_too_few_live_workers_stop_the_run_after_the_start_timeout(make_cfg, tmp
         marker.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_cli_stops_with_exit_3_one_line_and_a_checkpoint_when_workers_keep_dying(tmp_path):
     proc = subprocess.run(
         [sys.executable, "main.py", "env.entry_point=tests.faulty_envs:SuicidalCartPole", "+env.kwargs.die_after=40",
