@@ -17,7 +17,7 @@ GIB = 1024**3
 MIB = 1024**2
 # Peak bytes per environment, besides its observations: its noise generator and rollout state
 # (numpy vector env), or a Python Gymnasium environment object and its wrappers (stepped one by one).
-ENV_BYTES = {"native": 4 * 1024, "sync": 8 * 1024}
+ENV_BYTES = {"native": 5 * 1024, "sync": 8 * 1024}
 WORKER_PROCESS_BYTES = {"multiprocess": 40 * MIB, "ray": 70 * MIB}  # a forked worker; a Ray env runner
 RAY_DAEMONS = 10  # processes a private Ray instance runs besides its workers (GCS, raylet, agents, ...)
 FDS_PER_WORKER = {"multiprocess": 3, "ray": 4}  # the learner's pipe and sentinel; the raylet's connections
