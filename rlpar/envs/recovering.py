@@ -32,6 +32,7 @@ log = logging.getLogger("rlpar")
 RESET_ATTEMPTS = 3  # rebuilds tried in a row before a reset error is passed on
 FAILURES_IN_A_ROW = 10  # step failures with no good step between them: the environment is broken
 RESEED_STRIDE = 1_000_003  # keeps a rebuilt environment's seeds clear of every other environment's
+_REBUILDS_IN_PROCESS: dict[str, int] = {}  # by environment name: 64 environments failing at once log one line, not 64
 
 
 class RecoveringEnv(gym.Wrapper):
@@ -58,9 +59,11 @@ class RecoveringEnv(gym.Wrapper):
     def _rebuild(self, err: Exception) -> None:
         self.restarts += 1
         self._stop_if_failing_for_good(err)
-        if _is_power_of_ten(self.restarts):  # a flaky simulator must not flood the log
-            log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment; "
-                        "logged at 1, 10, 100, ... rebuilds)", self.name, type(err).__name__, err, self.restarts)
+        in_process = _REBUILDS_IN_PROCESS[self.name] = _REBUILDS_IN_PROCESS.get(self.name, 0) + 1
+        if _is_power_of_ten(in_process):  # a flaky simulator must not flood the log
+            log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment, %d of such "
+                        "environments in this process; logged at 1, 10, 100, ...)", self.name, type(err).__name__,
+                        err, self.restarts, in_process)
         try:
             self.env.close()
         except Exception:
