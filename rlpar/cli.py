@@ -4,7 +4,7 @@
     rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S]
     rlpar report DIR [--out DIR] [--threshold ENV=VALUE]
 
-Only the standard library and rlpar.runtime.interrupts are imported before a command starts: a
+Only the standard library and rlpar.interrupts are imported before a command starts: a
 signal during the slow imports that follow (torch, Ray, Hydra) exits 130 at once, as main.py's did.
 """
 
@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from rlpar.runtime import interrupts
+from rlpar import interrupts
 
 LOADER_THREAD = "rlpar-import"
 COMMANDS = ("train", "evaluate", "report")
@@ -133,7 +133,7 @@ def run_job(cfg) -> float | None:
         new_run = not cfg.get("resume")
         if problem := _run_dir_refusal(cfg, new_run=new_run):  # at once, before the slower validation
             raise run_lock.RunDirInUseError(problem)
-        validate_config(cfg)  # every problem at once, before anything slow is imported or started
+        env_probe = validate_config(cfg)  # every problem at once, before anything slow is imported or started
         run_lock.acquire(cfg.run_dir, new_run=new_run)  # before Ray boots
         if Path(cfg.run_dir).resolve() != hydra_dir.resolve():
             _remove_if_empty(hydra_dir)  # now: a run killed later must not leave Hydra's empty folder behind
@@ -147,7 +147,7 @@ def run_job(cfg) -> float | None:
         _load_rlpar_while_ray_starts(cfg)
         from rlpar.runtime.run import run
 
-        final = run(cfg, validated=True)
+        final = run(cfg, validated=True, env_probe=env_probe)
     except ConfigError as err:
         _refuse(err.problems)
     except run_lock.RunDirInUseError as err:
@@ -214,7 +214,7 @@ def _remove_if_empty(hydra_dir: Path) -> None:
 
 def _load_rlpar_while_ray_starts(cfg) -> None:
     """For a private Ray instance: import torch and the trainer in a thread while Ray boots."""
-    if not str(cfg.parallel.get("_target_", "")).endswith("DistributedSampler") or cfg.ray.address:
+    if cfg.parallel.get("name") != "distributed" or cfg.ray.address:
         return
     from rlpar.cluster.connection import start_private_instance_early
 

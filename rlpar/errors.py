@@ -12,6 +12,11 @@ class EnvironmentFailedError(RuntimeError):
     rebuild limit. Stops the run in one line (with a checkpoint) on every sampler alike."""
 
 
+class RunDirError(Exception):
+    """The run directory cannot be written (read-only, full, removed): raised by the logger and
+    the checkpointer alike."""
+
+
 SHOWN_CHARS = 60  # of a value quoted in a message
 
 

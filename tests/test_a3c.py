@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlpar.algos.base import LearningRate
+from rlpar.learning.step import LearningRate
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.gradient_worker import GradientWorker
+from rlpar.sampling.gradient_worker import GradientWorker
 from rlpar.learning.parameter_server import ParameterServer
 from rlpar.runtime.build import build_trainer
 from tests.rollouts import cartpole_rollout

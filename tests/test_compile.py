@@ -82,7 +82,7 @@ def test_a_run_that_cannot_go_on_does_not_wait_for_its_compile():
     """(A private Ray instance that lost its GCS was noticed only once the learner's compile was
     done, 10-20 s later.) The wait ends as soon as a registered failure check says so."""
     from rlpar.learning.compiled import CompiledStep
-    from rlpar.runtime import interrupts
+    from rlpar import interrupts
 
     compiling = threading.Thread(target=time.sleep, args=(10,), daemon=True)  # a compile that takes long
     compiling.start()

@@ -180,7 +180,7 @@ def test_an_actor_write_the_shards_limiter_refuses_waits_until_the_learner_sampl
 
     from rlpar.envs.factory import resolve_env_spec
     from rlpar.models.q_spec import QNetworkSpec
-    from rlpar.replay.actor import PrioritizingWorker
+    from rlpar.sampling.prioritizing_worker import PrioritizingWorker
     from rlpar.replay.shard import ReplayShard
     from rlpar.runtime.build import probe_policy_spec
 

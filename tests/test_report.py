@@ -27,13 +27,13 @@ TWELVE_ENVS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "Mo
 
 
 def write_run(path: Path, env_id="CartPole-v1", *, seed=0, returns=(10.0, 100.0, 200.0, 300.0), steps_per_row=1000,
-              seconds_per_row=1.0, entry_point=None, env_extra=None, sampler="LocalSampler", workers=1, extra=None) -> Path:
+              seconds_per_row=1.0, entry_point=None, env_extra=None, workers=1, extra=None) -> Path:
     """A finished run directory as rlpar writes it (config.yaml, metrics.jsonl), with given returns;
     `extra`: more top-level config keys (or ones to replace)."""
     path.mkdir(parents=True)
     config = {"seed": seed, "total_steps": steps_per_row * len(returns), "workers": workers, "envs_per_worker": 8,
               "env": {"id": env_id, "entry_point": entry_point, **(env_extra or {})},
-              "parallel": {"_target_": f"rlpar.sampling.local.{sampler}"}, **(extra or {})}
+              "parallel": {"_target_": "rlpar.sampling.local.LocalSampler", "name": "local"}, **(extra or {})}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     rows = [{"iteration": i + 1, "env_steps": steps_per_row * (i + 1), "wall_time_s": seconds_per_row * (i + 1),
              "episode_return_mean": value} for i, value in enumerate(returns)]

@@ -7,10 +7,10 @@ import pytest
 
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.gradient_worker import GradientWorker
+from rlpar.sampling.gradient_worker import GradientWorker
 from rlpar.learning.rewards import clip_rewards
 from rlpar.models.q_spec import QNetworkSpec
-from rlpar.replay.actor import PrioritizingWorker
+from rlpar.sampling.prioritizing_worker import PrioritizingWorker
 from rlpar.runtime.build import build_trainer, probe_policy_spec
 from tests.rollouts import cartpole_rollout
 from tests.test_a2c import GAMMA, make_a2c

@@ -19,7 +19,7 @@ import yaml
 
 from rlpar.runtime import run_lock
 from rlpar.runtime.build import build_trainer
-from rlpar.runtime.errors import RunDirError
+from rlpar.errors import RunDirError
 from tests.defaults import STEPS_PER_ITERATION
 from tests.processes import wait_until
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlpar.errors import RunDirError
 from rlpar.logging.run_log import RunLog
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import Checkpointer, list_checkpoints, load_checkpoint, untrusted_pickles, with_checksums
-from rlpar.runtime.errors import CheckpointError, CheckpointWriteError, RunDirError
+from rlpar.runtime.errors import CheckpointError, CheckpointWriteError
 from rlpar.runtime.run import run
 from rlpar.sampling.errors import NonFiniteObservationError
 from tests.processes import wait_until
@@ -314,7 +315,7 @@ import sys, time
 from pathlib import Path
 from rlpar.config.compose import compose_config
 from rlpar.runtime.build import build_trainer
-from rlpar.runtime.errors import RunDirError
+from rlpar.errors import RunDirError
 run_dir = Path(sys.argv[1])
 trainer = build_trainer(compose_config(["progress=false", "total_steps=1000000", "checkpoint.every=0"], run_dir=run_dir))
 trainer.train()

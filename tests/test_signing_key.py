@@ -15,7 +15,7 @@ import torch
 
 from rlpar.runtime.checkpoint import Checkpointer, list_checkpoints, with_checksums
 from rlpar.runtime.errors import CheckpointWriteError
-from rlpar.runtime.signed_pickle import (KEY_ENV, SIGNED_PICKLE, UntrustedPickleError, _signature, dumps_signed,
+from rlpar.signed_pickle import (KEY_ENV, SIGNED_PICKLE, UntrustedPickleError, _signature, dumps_signed,
                                          key_problem, loads_signed, user_key)
 from tests.defaults import STEPS_PER_ITERATION
 

@@ -118,7 +118,7 @@ def test_ape_x_actors_prioritise_with_a_torch_acting_copy_as_with_numpy():
     import gymnasium as gym
 
     from rlpar.models.q_spec import QNetworkSpec
-    from rlpar.replay.actor import PrioritizingWorker
+    from rlpar.sampling.prioritizing_worker import PrioritizingWorker
 
     env = gym.make(GRID)
     fields = dict(**describe_observation_space(env.observation_space).as_kwargs(),

@@ -6,7 +6,8 @@ on the whole batch -> new weights. Runs on every sampler; `sync_mode=blocking` k
 
 from __future__ import annotations
 
-from rlpar.algos.base import Algorithm, LearningRate, StepResult
+from rlpar.algos.base import Algorithm, StepResult
+from rlpar.learning.step import LearningRate
 from rlpar.learning.actor_critic import ActorCriticLoss
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import build_optimizer

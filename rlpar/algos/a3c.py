@@ -28,7 +28,7 @@ import numpy as np
 from rlpar.algos.a2c import A2C
 from rlpar.algos.base import StepResult
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.gradient_worker import GradientWorker
+from rlpar.sampling.gradient_worker import GradientWorker
 from rlpar.learning.hogwild import SharedParameters
 from rlpar.learning.parameter_server import ParameterServer
 from rlpar.sampling.multiprocess import MultiprocessSampler
@@ -40,6 +40,8 @@ class A3C(A2C):
     sync_mode = "non_blocking"
     max_policy_lag = None
     worker_class = GradientWorker
+    central_inference = False
+    worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
     # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.
     KEYWORDS_NOT_FORWARDED = ("normalize_rewards",)

@@ -34,7 +34,7 @@ import numpy as np
 
 from rlpar.algos.dqn import DQN
 from rlpar.learning.exploration import SpreadEpsilons
-from rlpar.replay.actor import MAX_WRITES_IN_FLIGHT, PrioritizingWorker
+from rlpar.sampling.prioritizing_worker import MAX_WRITES_IN_FLIGHT, PrioritizingWorker
 from rlpar.replay.nstep import most_transitions_per_rollout
 from rlpar.replay.rate_limiter import least_tolerance
 from rlpar.replay.shard import ReplayShard, ReplayTable
@@ -44,6 +44,9 @@ class ApeX(DQN):
     sync_mode = "non_blocking"
     max_policy_lag = None
     worker_class = PrioritizingWorker
+    central_inference = False
+    worker_duties = "prioritise their own replay with their own ε"
+    replay_in_checkpoints = False  # the shards are refilled by a resumed run
     # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
     # write raw rewards (clipped when reward_clip is set), unscaled.
     KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale")

@@ -16,7 +16,9 @@ from collections import deque
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, LearningRate, StepResult, valid_step_tensors, vtrace_inputs
+from rlpar.algos.base import Algorithm, StepResult
+from rlpar.learning.batch_tensors import valid_step_tensors, vtrace_inputs
+from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rlpar.learning.batch_tensors import explained_variance
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
-from rlpar.learning.step import GuardedStep, linear_schedule
+from rlpar.learning.step import GuardedStep
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 from rlpar.sampling.rollout import RolloutWorker
@@ -44,6 +45,12 @@ class Algorithm(ABC):
     # model's acting policy. An algorithm whose workers do more (compute gradients, keep replay)
     # names its own.
     worker_class = RolloutWorker
+    # What it needs and supports, read by validation from this source as literals (this module
+    # imports torch, which validation never does; rlpar.config.known_keys.class_attributes):
+    model_kind: str | None = None  # the model kind it must learn (a model spec class's `kind`); None: not checked
+    central_inference = True     # its workers only act and step, so a server may act for them all
+    worker_duties = "act and step environments"  # said when central inference is refused
+    replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
@@ -162,62 +169,3 @@ class Algorithm(ABC):
 
     def close(self) -> None:
         self.sampler.close()
-
-
-def valid_step_tensors(arrays: dict, valid, device) -> dict:
-    """Time-major [T, N, ...] arrays as flat tensors of their valid steps only (autoreset steps
-    are not transitions: never trained on)."""
-    keep = valid.reshape(-1)
-    return {name: torch.as_tensor(a.reshape((-1,) + a.shape[2:])[keep], device=device) for name, a in arrays.items()}
-
-
-@dataclass
-class LearningRate:
-    """A learning rate, constant or (`anneal`) decayed linearly with env steps to
-    `min_fraction` of itself at `total_steps`; `apply` sets it on a one-group optimiser."""
-
-    base: float
-    anneal: bool = False
-    min_fraction: float = 0.0
-
-    def value(self, *, steps_seen: int, total_steps: int) -> float:
-        if not self.anneal:
-            return self.base
-        return linear_schedule(self.base, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction)
-
-    def apply(self, optimizer, *, steps_seen: int, total_steps: int) -> float:
-        lr = self.value(steps_seen=steps_seen, total_steps=total_steps)
-        optimizer.param_groups[0]["lr"] = lr
-        return lr
-
-
-def advantage_inputs(batch: Batch, rewards: np.ndarray) -> dict:
-    """The keyword arguments every advantage estimator (rlpar.learning.gae, nstep) takes from a
-    batch, with the rewards the losses see (`Algorithm.learning_rewards`)."""
-    return {
-        "rewards": rewards, "values": batch.values, "bootstrap_value": batch.bootstrap_value,
-        "terminated": batch.terminated, "truncated": batch.truncated, "valid": batch.valid,
-    }
-
-
-def explained_variance(predicted, target) -> float:
-    var = np.var(target)
-    return float("nan") if var == 0 else float(1.0 - np.var(target - predicted) / var)
-
-
-def vtrace_inputs(model, batch: Batch, rewards: np.ndarray, device):
-    """The learner's view of a rollout for V-trace: its log-probabilities, entropies and values of
-    every step ([T*N] tensors, with gradients), and the numpy inputs of compute_vtrace, which
-    bootstrap from the learner's own value of each environment's last observation."""
-    T, N = batch.rewards.shape
-    obs = torch.as_tensor(batch.obs.reshape(T * N, -1), device=device)
-    actions = torch.as_tensor(batch.actions.reshape((T * N,) + batch.actions.shape[2:]), device=device)
-    logp, entropy, values = model.evaluate_actions(obs, actions)
-    with torch.no_grad():
-        bootstrap = model.towers(torch.as_tensor(batch.last_obs, device=device))[1]
-    inputs = {
-        **advantage_inputs(batch, rewards),
-        "values": values.detach().cpu().numpy().reshape(T, N), "bootstrap_value": bootstrap.cpu().numpy(),
-        "behaviour_logp": batch.logp, "target_logp": logp.detach().cpu().numpy().reshape(T, N),
-    }
-    return inputs, logp, entropy, values

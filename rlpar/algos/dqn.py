@@ -19,11 +19,11 @@ import time
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, LearningRate, StepResult
+from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.q_targets import q_targets, weighted_huber
-from rlpar.learning.step import linear_schedule
+from rlpar.learning.step import LearningRate, linear_schedule
 from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
 from rlpar.replay.settings import ReplaySettings
@@ -32,6 +32,8 @@ from rlpar.replay.storage import RingStorage
 
 
 class DQN(Algorithm):
+    model_kind = "q_network"
+
     def __init__(
         self,
         *,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, LearningRate, StepResult, advantage_inputs, valid_step_tensors
+from rlpar.algos.base import Algorithm, StepResult
+from rlpar.learning.batch_tensors import advantage_inputs, valid_step_tensors
+from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import yaml
 
-MODE_BY_SAMPLER = {"LocalSampler": "local", "MultiprocessSampler": "multiprocess", "DistributedSampler": "distributed"}
-
 # rlpar's own targets where Gymnasium registers no `reward_threshold` (the tuned presets aim at them).
 RLPAR_THRESHOLDS = {"Pendulum-v1": -200.0}
 
@@ -44,8 +42,8 @@ class Run:
 
     @property
     def mode(self) -> str:
-        target = str(self.config.get("parallel", {}).get("_target_", ""))
-        return MODE_BY_SAMPLER.get(target.rsplit(".", 1)[-1], target)
+        """The parallel group's option (`parallel.name`)."""
+        return str((self.config.get("parallel") or {}).get("name", "unknown"))
 
     @property
     def workers(self) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from rlpar.analysis.runs import Run, load_runs
-from rlpar.search.space import flatten_space
+from rlpar.config.search_space import flatten_space
 
 DEFAULT_METRIC = "episode_return_mean"
 # search.csv's columns that are not hyper-parameters (besides final_<metric> and best_<metric>)

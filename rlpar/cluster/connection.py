@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
 from rlpar.cluster.errors import RayInstanceLostError
-from rlpar.runtime.interrupts import HeldInterrupts, add_failure_check, remove_failure_check, shielded
+from rlpar.interrupts import HeldInterrupts, add_failure_check, remove_failure_check, shielded
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent

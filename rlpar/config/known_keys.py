@@ -32,9 +32,8 @@ ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length")
 FREE_FORM = {"env.kwargs", "logger.wandb", "hydra"}  # passed through to code rlpar does not own
 
 
-@cache
-def keyword_parameters(target: str) -> frozenset[str]:
-    """The keyword arguments class `target` ("package.module.Class") accepts."""
+def _class_source(target: str) -> tuple[ast.Module, ast.ClassDef, str]:
+    """The parsed module of class `target` ("package.module.Class") and the class's node."""
     module_name, _, class_name = target.rpartition(".")
     spec = importlib.util.find_spec(module_name)
     if spec is None or not spec.origin:
@@ -43,13 +42,60 @@ def keyword_parameters(target: str) -> frozenset[str]:
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     if cls is None:
         raise ImportError(f"module '{module_name}' has no class '{class_name}'")
+    return tree, cls, module_name
+
+
+def _base_target(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> str | None:
+    """The first base class of `cls` as "package.module.Class", or None for object and ABC."""
+    base = cls.bases[0].id if cls.bases and isinstance(cls.bases[0], ast.Name) else None
+    if base is None or base in ("object", "ABC", "Protocol"):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == base and a.asname is None for a in node.names):
+            return f"{node.module}.{base}"
+    return f"{module_name}.{base}"
+
+
+@cache
+def keyword_parameters(target: str) -> frozenset[str]:
+    """The keyword arguments class `target` ("package.module.Class") accepts."""
+    tree, cls, module_name = _class_source(target)
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
     if init is None and any(_is_dataclass_decorator(d) for d in cls.decorator_list):
         return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
     names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
     if init is None or init.args.kwarg is not None:
-        names |= _base_parameters(tree, cls, module_name) - _not_forwarded(cls)
+        base = _base_target(tree, cls, module_name)
+        names |= (set(keyword_parameters(base)) if base else set()) - _not_forwarded(cls)
     return frozenset(names)
+
+
+@cache
+def class_attributes(target: str) -> dict:
+    """What class `target` declares as literal class attributes (`model_kind = "q_network"`), its
+    bases' first: a component's capabilities, read without importing its module (torch)."""
+    tree, cls, module_name = _class_source(target)
+    base = _base_target(tree, cls, module_name)
+    attributes = dict(class_attributes(base)) if base else {}
+    for node in cls.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for name in (t.id for t in targets if isinstance(t, ast.Name)):
+            try:
+                attributes[name] = ast.literal_eval(value) if value is not None else None
+            except ValueError:  # not a literal (a class, a call): not a capability
+                attributes.pop(name, None)
+    return attributes
+
+
+@cache
+def defines_method(target: str, name: str) -> bool:
+    """Whether class `target` or one of its bases defines method `name` (read from the source)."""
+    tree, cls, module_name = _class_source(target)
+    if any(isinstance(n, ast.FunctionDef) and n.name == name for n in cls.body):
+        return True
+    base = _base_target(tree, cls, module_name)
+    return defines_method(base, name) if base else False
 
 
 def _not_forwarded(cls: ast.ClassDef) -> set[str]:
@@ -67,14 +113,15 @@ def _is_dataclass_decorator(node: ast.expr) -> bool:
     return getattr(target, "id", getattr(target, "attr", None)) == "dataclass"
 
 
-def _base_parameters(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> set[str]:
-    base = cls.bases[0].id if cls.bases and isinstance(cls.bases[0], ast.Name) else None
-    if base is None or base in ("object", "ABC"):
-        return set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and any(a.name == base and a.asname is None for a in node.names):
-            return set(keyword_parameters(f"{node.module}.{base}"))
-    return set(keyword_parameters(f"{module_name}.{base}"))
+@cache
+def algorithm_options() -> dict[str, dict]:
+    """The algo group's options (conf/algo/<name>.yaml) and what each one's algorithm declares."""
+    options = {}
+    for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
+        target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
+        if isinstance(target, str):
+            options[path.stem] = class_attributes(target)
+    return options
 
 
 @cache

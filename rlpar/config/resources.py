@@ -37,7 +37,7 @@ def available_memory_bytes() -> int:
 
 
 def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: int, num_envs: int, workers: int,
-                           hidden_sizes: list[int], copies_of_batch: int, replay_capacity: int = 0,
+                           hidden_sizes: list[int], copies_of_batch: int, replay_bytes: int = 0,
                            obs_dtype: str = "float32", vectorization: str = "native",
                            worker_processes: int = 0, worker_process_bytes: int = 0,
                            object_store_bytes: int = 0) -> dict[str, int]:
@@ -51,7 +51,7 @@ def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: in
     - environments: per environment, its state (`ENV_BYTES` by vectorization) and latest float64
       observation, raw and normalised;
     - worker processes and Ray's object store, where they run on this machine;
-    - replay (value-based algorithms): `replay_capacity` transitions of `replay_bytes_per_transition`."""
+    - replay (value-based algorithms): `replay_bytes`, as the replay settings price their capacity."""
     obs_bytes = np.dtype(obs_dtype).itemsize
     steps = rollout_length * num_envs
     per_step = obs_bytes * obs_dim + 4 * (action_size + 4) + 3
@@ -66,18 +66,9 @@ def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: in
         estimate["worker processes"] = worker_processes * worker_process_bytes
     if object_store_bytes:
         estimate["Ray object store"] = object_store_bytes
-    if replay_capacity:
-        estimate["replay"] = replay_capacity * replay_bytes_per_transition(obs_dim, obs_dtype)
+    if replay_bytes:
+        estimate["replay"] = replay_bytes
     return estimate
-
-
-def replay_bytes_per_transition(obs_dim: int, obs_dtype: str = "float32") -> int:
-    """A stored transition (the replay's own field layout) and a float64 priority in each of the
-    sum tree's two halves."""
-    from rlpar.replay.shard import transition_fields
-    from rlpar.replay.storage import RingStorage
-
-    return RingStorage.required_bytes(1, transition_fields(obs_dim, obs_dtype)) + 2 * 8
 
 
 def memory_problem(estimate: dict[str, int], available: int | None = None) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlpar.envs import atari
+from rlpar.envs.atari import atari_problem, ensure_registered, is_ale_id, make_atari_kwargs, wrap_ale
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
 from rlpar.envs.recovering import RecoveringEnv
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
@@ -92,7 +92,7 @@ def check_env_exists(spec: EnvSpec) -> str | None:
         return None
     if not spec.id:
         return "env: give either env.id (a registered Gymnasium id) or env.entry_point (a class)"
-    problem = atari.ensure_registered(spec.id)
+    problem = ensure_registered(spec.id)
     if problem:
         return problem
     try:
@@ -101,10 +101,10 @@ def check_env_exists(spec: EnvSpec) -> str | None:
         from rlpar.errors import first_line
 
         return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({first_line(err)})"
-    if atari.is_ale_id(spec.id) and spec.vectorization == "native":
+    if is_ale_id(spec.id) and spec.vectorization == "native":
         return ("env.vectorization: native is not offered for ale-py ids (ale-py's AtariVectorEnv preprocesses "
                 "on its own terms, unlike env.atari); use auto or sync")
-    return atari.atari_problem(spec) if spec.atari is not None else None
+    return atari_problem(spec) if spec.atari is not None else None
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
@@ -117,11 +117,11 @@ def make_env(spec: EnvSpec) -> gym.Env:
             env = gym.wrappers.TimeLimit(env, max_episode_steps=spec.max_episode_steps)
         return env
     extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
-    if atari.is_ale_id(spec.id):  # registers ale-py's ids in this process (a worker, a Ray actor) first
+    if is_ale_id(spec.id):  # registers ale-py's ids in this process (a worker, a Ray actor) first
         if spec.atari is None:
-            return atari.wrap_ale(gym.make(spec.id, disable_env_checker=True, **extra, **spec.kwargs), None)
-        env = gym.make(spec.id, disable_env_checker=True, **atari.make_atari_kwargs(spec))
-        return atari.wrap_ale(env, spec.atari, max_episode_steps=spec.max_episode_steps)  # limit in agent steps
+            return wrap_ale(gym.make(spec.id, disable_env_checker=True, **extra, **spec.kwargs), None)
+        env = gym.make(spec.id, disable_env_checker=True, **make_atari_kwargs(spec))
+        return wrap_ale(env, spec.atari, max_episode_steps=spec.max_episode_steps)  # limit in agent steps
     env = gym.make(spec.id, disable_env_checker=True, **extra, **spec.kwargs)
     return _adapt_api(env, spec.api) if spec.api == "old_gym" else env
 
@@ -140,7 +140,7 @@ def _has_seeded_native(spec: EnvSpec) -> bool:
 
 
 def has_native_vector_env(spec: EnvSpec) -> bool:
-    if spec.entry_point or spec.api == "old_gym" or atari.is_ale_id(spec.id):
+    if spec.entry_point or spec.api == "old_gym" or is_ale_id(spec.id):
         return False  # ale-py's AtariVectorEnv preprocesses differently from make_env
     return _has_seeded_native(spec) or gym.spec(spec.id).vector_entry_point is not None
 

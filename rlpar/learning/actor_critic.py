@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.algos.base import advantage_inputs, explained_variance, valid_step_tensors
+from rlpar.learning.batch_tensors import advantage_inputs, explained_variance, valid_step_tensors
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss

@@ -270,7 +270,7 @@ class CompiledStep:
         """Wait for the compile thread, or until a signal asks the run to stop or the run cannot
         go on (steps then stay eager, and main.py leaves past the still-compiling thread with
         os._exit)."""
-        from rlpar.runtime.interrupts import failing, interrupted
+        from rlpar.interrupts import failing, interrupted
 
         while self._compiling.is_alive() and not interrupted() and not failing():
             self._compiling.join(0.05)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.algos.base import advantage_inputs, valid_step_tensors
+from rlpar.learning.batch_tensors import advantage_inputs, valid_step_tensors
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.q_targets import weighted_huber
 

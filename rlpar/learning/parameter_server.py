@@ -14,9 +14,8 @@ import copy
 import numpy as np
 import torch
 
-from rlpar.algos.base import LearningRate
 from rlpar.learning.optim import build_optimizer
-from rlpar.learning.step import GuardedStep
+from rlpar.learning.step import GuardedStep, LearningRate
 
 
 class ParameterServer:

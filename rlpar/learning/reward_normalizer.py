@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlpar.learning.moments import merge_moments
-from rlpar.sampling.batch import rounds_of_distinct_envs
+from rlpar.learning.env_rounds import rounds_of_distinct_envs
+from rlpar.models.moments import merge_moments
 
 
 class RewardNormalizer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -53,3 +54,23 @@ def linear_schedule(base: float, *, steps_seen: int, total_steps: int, min_fract
     """`base` decayed linearly to `min_fraction * base` over `total_steps`."""
     progress = min(steps_seen / max(total_steps, 1), 1.0)
     return base * max(1.0 - progress, min_fraction)
+
+
+@dataclass
+class LearningRate:
+    """A learning rate, constant or (`anneal`) decayed linearly with env steps to
+    `min_fraction` of itself at `total_steps`; `apply` sets it on a one-group optimiser."""
+
+    base: float
+    anneal: bool = False
+    min_fraction: float = 0.0
+
+    def value(self, *, steps_seen: int, total_steps: int) -> float:
+        if not self.anneal:
+            return self.base
+        return linear_schedule(self.base, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction)
+
+    def apply(self, optimizer, *, steps_seen: int, total_steps: int) -> float:
+        lr = self.value(steps_seen=steps_seen, total_steps=total_steps)
+        optimizer.param_groups[0]["lr"] = lr
+        return lr

@@ -15,7 +15,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 
 from rlpar.logging.run_log import record_event
 from rlpar.logging.tags import tag_for
-from rlpar.runtime.errors import RunDirError
+from rlpar.errors import RunDirError
 
 NOT_PLOTTED = {"iteration"}
 log = logging.getLogger("rlpar")

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlpar.learning.moments import merge_moments
+from rlpar.models.moments import merge_moments
 
 
 class ObservationNormalizer(nn.Module):

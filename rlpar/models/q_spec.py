@@ -15,6 +15,17 @@ FACTORED_ACTIONS_REFUSED = ("a Q-network needs one Discrete action space; MultiD
 class QNetworkSpec(NetworkFields):
     """Everything needed to rebuild the same Q-network in another process."""
 
+    kind = "q_network"
+
+    @classmethod
+    def spaces_problem(cls, config, probe) -> str | None:
+        if not probe.action.discrete or probe.action.factored:
+            space = probe.action_space
+            return (f"env: algo={config.get('algo.name')} (a Q-network) cannot take {probe.name}'s "
+                    f"{type(space).__name__} actions ({space}): it needs one Discrete action space; use algo=ppo, a2c, "
+                    f"impala, appo or a3c")
+        return super().spaces_problem(config, probe)
+
     obs_dim: int
     action: ActionInfo
     hidden_sizes: tuple[int, ...] = (256, 256)

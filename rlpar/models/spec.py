@@ -12,6 +12,11 @@ ENCODERS = ("auto", "mlp", "nature", "impala", "small")
 ACTING = ("auto", "numpy", "torch")
 NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions need 36 pixels
 TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
+MODEL_KINDS = {"actor_critic": "a policy and its value", "q_network": "Q-values"}  # kind -> what an algorithm learns with it
+
+
+def positive_integers(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def choose_encoder(encoder: str, image_shape: tuple[int, ...]) -> str:
@@ -54,8 +59,52 @@ def check_image_fields(spec) -> None:
 
 
 class NetworkFields:
-    """What PolicySpec and QNetworkSpec share: list fields made tuples, the image checks, and
-    the encoder and acting copy `auto` resolves to."""
+    """What PolicySpec and QNetworkSpec share: list fields made tuples, the image checks, the
+    encoder and acting copy `auto` resolves to, and the model group's rules."""
+
+    kind = "actor_critic"  # what an algorithm's `model_kind` must be to learn with it (MODEL_KINDS)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """The model group's keys, and whether the chosen algorithm learns this kind of model;
+        `config`: a rlpar.config.validate.ConfigView."""
+        problems = []
+        needed = config.algorithm.get("model_kind")
+        if needed and needed != cls.kind:
+            problems.append(f"model: algo={config.get('algo.name')} learns {MODEL_KINDS.get(needed, needed)} and needs "
+                            f"model={needed}, got {config.get('model._target_')}")
+        hidden = config.get("model.hidden_sizes")
+        if "model.hidden_sizes" not in config.unresolved and not positive_integers(hidden):
+            problems.append(f"model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
+        config.choice("model.activation", ACTIVATIONS)
+        model = config.get("model") or {}
+        for key, choices in (("model.encoder", ENCODERS), ("model.acting", ACTING)):
+            if key.split(".")[1] in model:
+                config.choice(key, choices)
+        if "normalize_obs" in model:
+            config.choice("model.normalize_obs", ("auto", True, False))
+        return problems
+
+    @classmethod
+    def spaces_problem(cls, config, probe) -> str | None:
+        """What this model refuses for the probed environment's spaces (a CNN for vectors, images
+        too small for the Nature network, ...): its own checks, run before the build."""
+        if probe.observation.image_shape and config.get("model.normalize_obs") is True:
+            return (f"model.normalize_obs: {probe.name} has image observations, which the network scales to [0, 1] "
+                    f"itself; use normalize_obs=auto or false")
+        model = dict(config.get("model") or {})
+        if model.get("encoder", "auto") not in ENCODERS or model.get("acting", "auto") not in ACTING:
+            return None  # reported as choices
+        model.pop("_target_", None)
+        if model.get("normalize_obs") == "auto":
+            model["normalize_obs"] = False
+        try:
+            cls(**model, **probe.observation.as_kwargs(), action=probe.action)
+        except ValueError as err:
+            return f"model: {err}"
+        except Exception:  # noqa: BLE001 - unknown keys are reported by their own check
+            return None
+        return None
 
     def _settle_fields(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))  # a config gives a list

@@ -20,3 +20,57 @@ class ReplaySettings:
     # writes).
     samples_per_insert: float | None = None
     rate_tolerance: float | None = None
+
+    @staticmethod
+    def bytes_per_transition(obs_dim: int, obs_dtype: str = "float32") -> int:
+        """A stored transition (the replay's own field layout) and a float64 priority in each of
+        the sum tree's two halves: what the memory estimate charges per unit of capacity."""
+        from rlpar.replay.shard import transition_fields
+        from rlpar.replay.storage import RingStorage
+
+        return RingStorage.required_bytes(1, transition_fields(obs_dim, obs_dtype)) + 2 * 8
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """`algo.replay` against the algorithm and the sampler; `config`: a
+        rlpar.config.validate.ConfigView."""
+        capacity = config.number("algo.replay.capacity", integer=True, low=1)
+        for name in ("alpha", "beta_start", "beta_end"):
+            config.number(f"algo.replay.{name}", low=0, high=1)
+        config.number("algo.replay.num_shards", integer=True, low=1, optional=True)
+        problems = _rate_limiter_problems(config)
+        for name in ("batch_size", "learning_starts"):
+            value = config.get(f"algo.{name}")
+            if isinstance(capacity, int) and isinstance(value, int) and value > capacity:
+                problems.append(f"algo.{name}: {value} is more than algo.replay.capacity ({capacity})")
+        if config.algorithm.get("replay_in_checkpoints") is False and config.get("algo.replay.checkpoint"):
+            problems.append(f"algo.replay.checkpoint: algo={config.get('algo.name')}'s replay is not checkpointed (a "
+                            f"resumed run refills it); drop the key")
+        return problems
+
+
+def _rate_limiter_problems(config) -> list[str]:
+    """Each shard's limiter: a tolerance below the least that cannot deadlock is refused."""
+    from rlpar.replay.nstep import most_transitions_per_rollout
+    from rlpar.replay.rate_limiter import least_tolerance
+
+    ratio = config.number("algo.replay.samples_per_insert", low=0, low_open=True, optional=True)
+    tolerance = config.number("algo.replay.rate_tolerance", low=0, low_open=True, optional=True)
+    if tolerance is None:
+        return []
+    if ratio is None:
+        replay_ratio, batch_size = config.get("algo.replay_ratio"), config.get("algo.batch_size")
+        ratio = replay_ratio * batch_size if isinstance(replay_ratio, (int, float)) and isinstance(batch_size, int) else None
+    workers, envs_per_worker = config.get("workers"), config.get("envs_per_worker")
+    rollout, n_step, batch_size = (config.get(f"algo.{k}") for k in ("rollout_length", "n_step", "batch_size"))
+    numbers = (ratio, workers, envs_per_worker, rollout, n_step, batch_size)
+    if not all(isinstance(x, (int, float)) and x > 0 for x in numbers):
+        return []  # reported by their own checks
+    in_learner = config.sampler is not None and config.sampler.in_learner_process
+    insert_batch = most_transitions_per_rollout(num_envs=envs_per_worker * (workers if in_learner else 1),
+                                                rollout_length=rollout, n=n_step)
+    least = least_tolerance(samples_per_insert=ratio, insert_batch=insert_batch, sample_batch=batch_size)
+    if tolerance < least:
+        return [f"algo.replay.rate_tolerance: {tolerance} could deadlock; with samples_per_insert {ratio:g}, writes of "
+                f"up to {insert_batch} transitions and minibatches of {batch_size} it must be at least {least:g} (or null)"]
+    return []

@@ -4,40 +4,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gymnasium as gym
 import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.known_keys import ALGO_KEYS_NOT_FOR_LEARNER
 from rlpar.config.validate import ConfigError
-from rlpar.envs.factory import make_env, resolve_env_spec
-from rlpar.envs.spaces import describe_action_space, describe_observation_space, whitened_by_default
+from rlpar.envs.factory import resolve_env_spec
+from rlpar.envs.probe import EnvProbe, probe_env
 from rlpar.logging.progress import ProgressLine
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.trainer import Trainer
 
 
 
-def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto") -> tuple[PolicySpec, bool]:
-    """Build one environment to read its spaces, and describe the matching network
-    (`make_spec`: the model group, instantiated partially). Also says whether the observations
-    are a Box vector: `auto` reward normalisation (in the algorithm) is on exactly then, as in
-    every strong continuous-control PPO; `auto` observation whitening is on for them and for Dict
-    and Tuple spaces holding a Box (`whitened_by_default`). Images are scaled by the network."""
-    env = make_env(env_spec)
+def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto",
+                      probe: EnvProbe | None = None) -> tuple[PolicySpec, bool]:
+    """The network matching the spaces of `env_spec`'s environments, read from `probe` (validation's
+    probe of the same spec) or from one environment built here (`make_spec`: the model group,
+    instantiated partially), and whether its observations are a Box vector: `auto` reward
+    normalisation (in the algorithm) is on exactly then, as in every strong continuous-control
+    PPO; `auto` observation whitening is on for them and for Dict and Tuple spaces holding a Box
+    (`whitened_by_default`). Images are scaled by the network."""
+    if probe is None or probe.spec != env_spec:
+        probe = probe_env(env_spec, steps=0)
+    if probe.problem:
+        raise ConfigError([probe.problem])
+    options = {} if normalize_obs is None else {"normalize_obs": probe.whitened if normalize_obs == "auto" else normalize_obs}
     try:
-        observation = describe_observation_space(env.observation_space)
-        action = describe_action_space(env.action_space)
-        box = isinstance(env.observation_space, gym.spaces.Box) and not observation.image_shape
-        whiten = whitened_by_default(env.observation_space)
-    except TypeError as err:
-        raise ConfigError([f"env: {err}"]) from err
-    finally:
-        env.close()
-    options = {} if normalize_obs is None else {"normalize_obs": whiten if normalize_obs == "auto" else normalize_obs}
-    try:
-        return make_spec(**observation.as_kwargs(), action=action, **options), box
+        return make_spec(**probe.observation.as_kwargs(), action=probe.action, **options), probe.vector_observations
     except ValueError as err:  # e.g. a Q-network for continuous actions
         raise ConfigError([f"model: {err}"]) from err
 
@@ -46,14 +41,16 @@ def sampling_defaults(parallel: dict, algo_cls) -> dict:
     """`auto` sync mode and policy-lag limit: the algorithm's own (IMPALA samples while learning)."""
     chosen = {}
     if parallel.get("sync_mode") == "auto":
-        local = str(parallel.get("_target_", "")).endswith("LocalSampler")
-        chosen["sync_mode"] = "blocking" if local else algo_cls.sync_mode
+        sync_modes = get_class(parallel["_target_"]).sync_modes
+        chosen["sync_mode"] = algo_cls.sync_mode if algo_cls.sync_mode in sync_modes else "blocking"
     if parallel.get("max_policy_lag") == "auto":
         chosen["max_policy_lag"] = algo_cls.max_policy_lag
     return chosen
 
 
-def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
+def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: EnvProbe | None = None) -> Trainer:
+    """`env_probe`: validation's probe of this config's environment (rlpar.envs.probe), reused
+    rather than building another; None: one environment is built here to read its spaces."""
     container = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(container["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -61,6 +58,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None) -> Trainer:
     env_spec = resolve_env_spec(**container["env"])
     algo = container["algo"]
     policy_spec, box_observations = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"),
+                                                      probe=env_probe,
                                                       normalize_obs=container["model"].get("normalize_obs"))
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")

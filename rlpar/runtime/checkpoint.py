@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from rlpar.runtime.errors import CheckpointError, CheckpointWriteError
-from rlpar.runtime.signed_pickle import SIGNED_PICKLE, UntrustedPickleError, verify
+from rlpar.signed_pickle import SIGNED_PICKLE, UntrustedPickleError, verify
 
 NAME = re.compile(r"^checkpoint_(\d{8})\.pt$")
 FORMAT = 2
@@ -31,6 +31,32 @@ SKIPPED_SUFFIX = ".skipped"  # a damaged checkpoint set aside by a resume (kept 
 
 
 class Checkpointer:
+    @classmethod
+    def resume_problems(cls, config) -> list[str]:
+        """Whether `resume` (a run directory, already found to be one) can be continued: a valid
+        checkpoint, made with the config that would run now, holding only state this user signed.
+        Asked only for a resumed run: this module imports torch. `config`: a
+        rlpar.config.validate.ConfigView."""
+        from rlpar.config.changes import config_mismatches
+
+        resume = config.get("resume")
+        damaged: list = []
+        found = latest_valid_checkpoint(str(resume), damaged)
+        if found is None and not damaged:
+            return [f"resume: '{resume}' has no checkpoint to resume from (checkpoints/ is empty or missing)"]
+        if found is None:
+            return [f"resume: '{resume}' cannot be resumed: its {len(damaged)} checkpoint(s) are all damaged/unreadable "
+                    f"(newest: {damaged[0][1]})"]
+        if isinstance(found[1].get("config"), dict) and (changed := config_mismatches(config.resolved(), found[1]["config"])):
+            return [f"resume: {Path(str(resume)) / 'config.yaml'} no longer matches {found[0].name}, whose weights and "
+                    f"environments were made with another config: {'; '.join(changed)}. Put those values back, or train "
+                    f"them as a new run (a new run_dir)"]
+        if config.get("resume_envs") is not False and (untrusted := untrusted_pickles(found[1])):
+            return [f"resume: {found[0].name} holds environment state this user did not write ({untrusted[0]}); nothing "
+                    f"of it was unpickled. To resume without it (same weights, optimiser and counters, fresh "
+                    f"environments): python main.py resume={resume} resume_envs=false"]
+        return []
+
     def __init__(self, *, run_dir: str, every: int = 20, keep: int = 3):
         self.directory = Path(run_dir) / "checkpoints"
         self.every = every

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlpar.cluster.errors import RayInstanceLostError
-from rlpar.errors import EnvironmentFailedError
+from rlpar.errors import EnvironmentFailedError, RunDirError
 from rlpar.learning.errors import NonFiniteLossError
 from rlpar.sampling.errors import NonFiniteObservationError, WorkerPoolError
 
@@ -14,10 +14,6 @@ class CheckpointError(Exception):
 
 class CheckpointWriteError(CheckpointError):
     """The checkpoint could not be written (e.g. the disk is full); earlier ones are intact."""
-
-
-class RunDirError(Exception):
-    """The run directory cannot be written (read-only, full, removed)."""
 
 
 # A run stops on these with a final checkpoint where one can still be written, and one line.

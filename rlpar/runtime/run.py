@@ -10,23 +10,25 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.validate import validate_config
+from rlpar.errors import RunDirError
+from rlpar.interrupts import HeldInterrupts
 from rlpar.logging.run_log import RunLog, record_event
 from rlpar.runtime import run_lock
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import latest_valid_checkpoint, set_aside
-from rlpar.runtime.errors import TRAINING_STOPS, CheckpointWriteError, RunDirError
-from rlpar.runtime.interrupts import HeldInterrupts
+from rlpar.runtime.errors import TRAINING_STOPS, CheckpointWriteError
 
 
 def resolved_config(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def run(cfg: DictConfig, *, validated: bool = False) -> dict:
-    """Validate (unless the caller has, e.g. main.py), lock the run directory (unless the caller
-    holds it), build, train to `total_steps` (resuming if asked), evaluate; return final metrics."""
+def run(cfg: DictConfig, *, validated: bool = False, env_probe=None) -> dict:
+    """Validate (unless the caller has, e.g. main.py, passing its `env_probe`), lock the run
+    directory (unless the caller holds it), build, train to `total_steps` (resuming if asked),
+    evaluate; return final metrics."""
     if not validated:
-        validate_config(cfg)
+        env_probe = validate_config(cfg)
     run_dir = Path(cfg.run_dir)
     locked_here = not run_lock.holds(run_dir)
     if locked_here:
@@ -34,7 +36,7 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
     try:
         with RunLog(run_dir) as run_log:
             try:
-                return _locked_run(cfg, run_dir)
+                return _locked_run(cfg, run_dir, env_probe)
             except (KeyboardInterrupt, *TRAINING_STOPS):
                 raise
             except Exception as err:  # a bug or an environment's own failure: one line, traceback kept
@@ -45,7 +47,7 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
             run_lock.release(run_dir)
 
 
-def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
+def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
     checkpoint = None
     try:
         with open(run_dir / "config.yaml", "w") as handle:
@@ -55,7 +57,7 @@ def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
             truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
     except OSError as err:
         raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
-    trainer = build_trainer(cfg)
+    trainer = build_trainer(cfg, env_probe=env_probe)
     trainer.check_run_dir = partial(run_lock.check_owner, run_dir)
     try:
         if checkpoint is not None:

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlpar.runtime.errors import RunDirError
+from rlpar.errors import RunDirError
 
 HOLDER_FILE = ".rlpar.lock"
 # What rlpar writes into a run directory: a directory holding only these (and config.yaml) holds a run.

@@ -38,6 +38,41 @@ class Sampler(ABC):
     num_envs: int
     worker_envs: int  # environments in one worker's rollout
     rollout_length: int  # steps per environment in a rollout
+    # What it supports, for validation and the build:
+    sync_modes = ("blocking", "non_blocking")
+    in_learner_process = False  # its environments step in the learner's process (no copies between processes)
+    uses_ray = False
+
+    @classmethod
+    def worker_process_kind(cls, config) -> str | None:
+        """The kind of process its workers are on this machine (rlpar.config.resources prices
+        them): multiprocess, ray, or None (the learner's own process, or another machine)."""
+        return None
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """The `parallel` group's rules for this sampler; `config` is a
+        rlpar.config.validate.ConfigView (its number and choice checks record their own problems)."""
+        config.choice("parallel.sync_mode", ("auto", "blocking", "non_blocking"))  # local refuses non_blocking itself
+        if config.get("parallel.max_policy_lag") != "auto":
+            config.number("parallel.max_policy_lag", integer=True, low=0, optional=True)
+        config.choice("parallel.inference", ("worker", "central"))
+        if config.get("parallel.inference_backend") is not None:
+            config.choice("parallel.inference_backend", ("auto", "numpy", "torch"))
+        config.number("parallel.inference_wait_ms", low=0, optional=True)
+        problems = []
+        algorithm = config.algorithm
+        if config.get("parallel.inference") == "central" and algorithm.get("central_inference") is False:
+            problems.append(
+                f"parallel.inference: central needs workers that only step environments; algo={config.get('algo.name')}'s "
+                f"workers do more ({algorithm.get('worker_duties')}); use parallel.inference=worker, or algo="
+                f"{config.algorithms_with('central_inference', True)}")
+        if not cls.uses_ray and config.get("ray.address"):  # silently training locally instead would surprise
+            problems.append(
+                f"ray.address: {config.get('ray.address')!r} (hardware=cluster or ray.address) names a Ray cluster, but "
+                f"parallel={config.get('parallel.name')} ({cls.__name__}) uses no Ray; use parallel=distributed, or drop "
+                f"hardware=cluster and ray.address")
+        return problems
 
     @property
     def num_rollout_workers(self) -> int:

@@ -42,9 +42,28 @@ class EnvRunner:
 
 
 class DistributedSampler(WorkerPoolSampler):
+    uses_ray = True
+
+    @classmethod
+    def worker_process_kind(cls, config) -> str | None:
+        """Env runners of a private Ray instance on this machine; none here on a user's cluster."""
+        return None if config.get("ray.address") else "ray"
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """Joining a cluster that is not there would otherwise fail only after Ray's long retries."""
+        from rlpar.config.ray_address import ray_address_problem
+
+        problems = super().config_problems(config)
+        address = config.get("ray.address")
+        if address and (problem := ray_address_problem(address)):  # no address: a private instance
+            problems.append(f"ray.address: {problem}")
+        return problems
+
     def __init__(
         self,
         *,
+        name: str = "distributed",
         ray_address: str | None = None,
         ray_num_cpus: float | None = None,
         cpus_per_worker: float = 0.1,
@@ -53,7 +72,7 @@ class DistributedSampler(WorkerPoolSampler):
     ):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
         rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
-        super().__init__(**pool_kwargs)
+        super().__init__(name=name, **pool_kwargs)
         from rlpar.cluster.connection import RayConnection
 
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)

@@ -12,9 +12,22 @@ from rlpar.sampling.rollout import RolloutWorker
 
 
 class LocalSampler(Sampler):
+    sync_modes = ("blocking",)
+    in_learner_process = True
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        problems = super().config_problems(config)
+        if config.get("parallel.sync_mode") == "non_blocking":
+            problems.insert(0, "parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local "
+                               "sampling runs in the learner's thread; for one environment process sampling beside the "
+                               "learner, parallel=multiprocess workers=1)")
+        return problems
+
     def __init__(
         self,
         *,
+        name: str = "local",
         env_spec: EnvSpec,
         policy_spec: PolicySpec,
         num_workers: int,
@@ -28,11 +41,12 @@ class LocalSampler(Sampler):
         inference: str = "worker",
         inference_device: str = "cpu",
     ):
-        """`sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
+        """`name`: the parallel group's option. `sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
         always on-policy (validation refuses non_blocking). So are `inference` and
         `inference_device`: the learner's process acts for all environments at once, which is
         what central inference does for the other samplers. `worker_class` and `worker_options`:
         see WorkerPoolSampler."""
+        self.name = name
         self.num_envs = self.worker_envs = num_workers * envs_per_worker
         self.rollout_length = rollout_length
         self.worker = worker_class(

@@ -76,15 +76,20 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwa
 
 
 class MultiprocessSampler(WorkerPoolSampler):
+    @classmethod
+    def worker_process_kind(cls, config) -> str | None:
+        return "multiprocess"
+
     def __init__(
         self,
         *,
+        name: str = "multiprocess",
         start_method: str = "fork",
         **pool_kwargs,
     ):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
         rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
-        super().__init__(**pool_kwargs)
+        super().__init__(name=name, **pool_kwargs)
         self.layout = self.worker_class.batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
         self.blocks, self.arrays = create_shared_arrays(self.layout)
         self.block_names = {key: block.name for key, block in self.blocks.items()}

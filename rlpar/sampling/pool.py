@@ -27,7 +27,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from rlpar.runtime.interrupts import stop_requested
+from rlpar.interrupts import stop_requested
 from rlpar.sampling.base import Sampler
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
@@ -40,9 +40,23 @@ WAIT_SLICE_S = 0.25  # a wait for workers to start looks up this often whether a
 
 
 class WorkerPoolSampler(Sampler):
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """Its failure limits, besides every sampler's rules."""
+        problems = super().config_problems(config)
+        config.number("parallel.max_worker_restarts", integer=True, low=0, optional=True)
+        config.number("parallel.sample_timeout_s", low=0, low_open=True, optional=True)
+        config.number("parallel.start_timeout_s", low=0, low_open=True, optional=True)
+        min_live = config.number("parallel.min_live_workers", integer=True, low=1, optional=True)
+        workers = config.get("workers")
+        if isinstance(min_live, int) and isinstance(workers, int) and min_live > workers >= 1:
+            problems.append(f"parallel.min_live_workers: {min_live} is more than workers ({workers})")
+        return problems
+
     def __init__(
         self,
         *,
+        name: str,
         env_spec,
         policy_spec,
         num_workers: int,
@@ -68,6 +82,7 @@ class WorkerPoolSampler(Sampler):
         acts for all of them (rlpar.sampling.inference), on `inference_device` with
         `inference_backend` (auto: numpy on a CPU, torch on a GPU); it waits up to
         `inference_wait_ms` for the other workers' requests before answering those it has."""
+        self.name = name  # the parallel group's option
         self.env_spec, self.policy_spec, self.worker_class = env_spec, policy_spec, worker_class
         self.worker_options = dict(worker_options or {})
         self.rollout_length, self.seed = rollout_length, seed

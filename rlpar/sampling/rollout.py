@@ -79,7 +79,7 @@ class RolloutWorker:
         """
         import torch  # only the learner's process checkpoints; workers never import torch
 
-        from rlpar.runtime.signed_pickle import SIGNED_PICKLE, dumps_signed
+        from rlpar.signed_pickle import SIGNED_PICKLE, dumps_signed
 
         env_fns = getattr(self.venv, "env_fns", None)  # SyncVectorEnv keeps its (unpicklable) factories
         if env_fns is not None:
@@ -100,7 +100,7 @@ class RolloutWorker:
 
     def set_state(self, state: dict) -> None:
         """Raises UntrustedPickleError, before unpickling anything, unless this user signed it."""
-        from rlpar.runtime.signed_pickle import SIGNED_PICKLE, loads_signed
+        from rlpar.signed_pickle import SIGNED_PICKLE, loads_signed
 
         venv = loads_signed(state["venv"][SIGNED_PICKLE].numpy().tobytes(), state["venv"].get("hmac_sha256"))
         self.venv.close()

@@ -19,10 +19,12 @@ import shutil
 from pathlib import Path
 
 import yaml
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 
-from rlpar.search.space import flatten_space, tune_space
 from rlpar.analysis.runs import read_metrics
+from rlpar.config.search_space import flatten_space
+from rlpar.config.validate import resume_dir_problem
+from rlpar.search.space import space_problems, tune_space
 from rlpar.search.trial import train_trial
 
 TUNE_DIR = "tune"  # <run_dir>/tune: Tune's experiment state, restored on resume
@@ -30,6 +32,29 @@ COMMAND_FILE = "search_command.json"  # the overrides the search was started wit
 
 
 class TuneSearch:
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """The search's settings, every key of its space, and its scheduler (Ray checks its own
+        settings); `config`: a rlpar.config.validate.ConfigView."""
+        config.number("search.num_samples", integer=True, low=1)
+        config.choice("search.mode", ("max", "min"))
+        problems = []
+        if not isinstance(config.get("search.metric"), str):
+            problems.append(f"search.metric: expected a metric name, got {config.get('search.metric')!r}")
+        config.number("search.max_concurrent_trials", integer=True, low=1, optional=True)
+        config.number("search.learner_cpus", low=0, low_open=True)
+        config.number("search.checkpoint_every", integer=True, low=1, optional=True)
+        space_refused = space_problems(config.get("search.space"), config.cfg)
+        problems += space_refused
+        scheduler = config.get("search.scheduler")
+        if not space_refused and isinstance(scheduler, dict) and "search.scheduler" not in config.unresolved:
+            if problem := scheduler_problem(scheduler, config.get("search.space")):
+                problems.append(f"search.scheduler: {problem}")
+        resume = config.get("resume")
+        if resume is not None and not resume_dir_problem(resume) and not (Path(str(resume)) / TUNE_DIR).is_dir():
+            problems.append(f"resume: '{resume}' holds no search state ({TUNE_DIR}/ is missing)")
+        return problems
+
     def __init__(
         self,
         *,
@@ -51,7 +76,7 @@ class TuneSearch:
         self.num_samples, self.metric, self.mode = num_samples, metric, mode
         self.max_concurrent_trials, self.learner_cpus = max_concurrent_trials, learner_cpus
         self.checkpoint_every = checkpoint_every
-        self.population_based = str(scheduler.get("_target_", "")).endswith("PopulationBasedTraining")
+        self.population_based = _is_population_based(scheduler)
 
     def run(self, base_config: dict, *, run_dir: Path, overrides: list[str], resume: bool) -> dict:
         """Search (or continue the search in `run_dir`); returns the best trial's summary."""
@@ -102,7 +127,7 @@ class TuneSearch:
         """One placement group per trial: its learner, then one bundle per worker, so that a
         distributed trial's env runners cannot take another trial's CPUs."""
         learner = [{"CPU": self.learner_cpus}]
-        if str(base_config["parallel"]["_target_"]).endswith("LocalSampler"):
+        if get_class(base_config["parallel"]["_target_"]).in_learner_process:
             return learner
         return learner + [{"CPU": base_config["ray"]["cpus_per_worker"]}] * int(base_config["workers"])
 
@@ -183,13 +208,20 @@ class TuneSearch:
 def build_scheduler(scheduler: dict, space: dict, search_dir: Path | None = None):
     """The Tune scheduler of `scheduler` (`_target_` and arguments); population-based training
     gets the search space as its mutations, ResumableASHA the search's directory."""
-    target = str(scheduler.get("_target_", ""))
+    from rlpar.search.schedulers import ResumableASHA
+
     options = {}
-    if target.endswith("PopulationBasedTraining"):
+    if _is_population_based(scheduler):
         options["hyperparam_mutations"] = tune_space(space, for_mutation=True)
-    elif target.endswith("ResumableASHA"):
+    elif issubclass(get_class(scheduler["_target_"]), ResumableASHA):
         options["search_dir"] = str(search_dir) if search_dir else None
     return instantiate(scheduler, **options, _convert_="all")
+
+
+def _is_population_based(scheduler: dict) -> bool:
+    from ray.tune.schedulers.pbt import PopulationBasedTraining
+
+    return issubclass(get_class(scheduler["_target_"]), PopulationBasedTraining)
 
 
 def scheduler_problem(scheduler: dict, space: dict) -> str | None:

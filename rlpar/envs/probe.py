@@ -1,0 +1,93 @@
+"""One environment built, described, reset and stepped before a run: validation names what is wrong
+with it, and the build reads its spaces from the same probe instead of building another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from rlpar.envs.contract import observation_problem, reward_problem
+from rlpar.envs.factory import EnvSpec, make_env
+from rlpar.envs.spaces import (ActionInfo, ObservationInfo, describe_action_space, describe_observation_space,
+                               whitened_by_default)
+from rlpar.errors import first_line
+
+PROBE_STEPS = 5
+
+
+@dataclass(frozen=True)
+class EnvProbe:
+    """What one environment of `spec` showed. `problem`: why it cannot be trained on (it could
+    not be built, or its spaces cannot be described), in one line; then the other fields are None.
+    `step_problem`: what it did wrong when reset and stepped (observations outside its space,
+    NaN, a failing step), or None."""
+
+    spec: EnvSpec
+    problem: str | None = None
+    observation: ObservationInfo | None = None
+    action: ActionInfo | None = None
+    action_space: gym.Space | None = None
+    vector_observations: bool = False  # a Box of vectors: `auto` reward normalisation is on exactly then
+    whitened: bool = False  # what `model.normalize_obs=auto` becomes (rlpar.envs.spaces.whitened_by_default)
+    step_problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.id or self.spec.entry_point
+
+
+def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
+    """Build one environment of `spec`, describe its spaces, then reset it and take `steps` random
+    steps (0: no reset, spaces only)."""
+    name = spec.id or spec.entry_point
+    try:
+        env = make_env(spec)
+    except BaseException as err:  # user code: any exception, MemoryError included
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        return EnvProbe(spec, f"env: building {name} with env.kwargs {spec.kwargs} failed "
+                              f"({type(err).__name__}: {first_line(err)})")
+    try:
+        try:
+            observation = describe_observation_space(env.observation_space)
+            action = describe_action_space(env.action_space)
+        except TypeError as err:
+            return EnvProbe(spec, f"env: {err}")
+        return EnvProbe(
+            spec, observation=observation, action=action, action_space=env.action_space,
+            vector_observations=isinstance(env.observation_space, gym.spaces.Box) and not observation.image_shape,
+            whitened=whitened_by_default(env.observation_space),
+            step_problem=_step_problem(env, name, steps) if steps else None,
+        )
+    finally:
+        env.close()
+
+
+def _step_problem(env: gym.Env, name: str, steps: int) -> str | None:
+    """Reset and step `env`: an environment that lies about its observations is named now."""
+    space = env.observation_space
+    box = isinstance(space, gym.spaces.Box)
+    env.action_space.seed(0)
+    stage = "reset"
+    try:
+        obs, _ = env.reset(seed=0)
+        for step in range(steps + 1):
+            if problem := observation_problem(obs, space):
+                return f"env: {name} returned {problem} (at {stage})"
+            values = obs if box else gym.spaces.flatten(space, obs)
+            if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
+                return f"env: {name} returned NaN or infinite observations after {stage}"
+            if step == steps:
+                break
+            stage = f"step {step + 1}"
+            obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            if problem := reward_problem(reward):
+                return f"env: {name} returned {problem} (at {stage})"
+            if terminated or truncated:
+                stage = "reset"
+                obs, _ = env.reset()
+    except Exception as err:
+        return f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})"
+    return None
