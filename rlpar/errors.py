@@ -24,3 +24,8 @@ def shown(value) -> str:
     """`value` as a one-line message quotes it: its repr, cut short (a 10 KB id is not echoed whole)."""
     text = repr(value)
     return text if len(text) <= SHOWN_CHARS else f"{text[: SHOWN_CHARS - 3]}... ({len(text)} characters)"
+
+
+class ServiceLost(RuntimeError):
+    """A side service (a parameter server, a replay shard) a worker called is gone: the learner
+    restarts it and sends the new address (rlpar.sampling.services)."""

@@ -228,7 +228,7 @@ def test_async_dqn_on_shared_memory_workers(make_cfg, tmp_path):
                                      "algo.target_update_every=10", "checkpoint.every=0", run_dir=tmp_path / "q"))
     try:
         rows = metric_rows(trainer, 40)
-        shared = trainer.algorithm.shared
+        shared = trainer.algorithm.server.instance  # the shared parameters, which the workers hold too
         target = {k: v.clone() for k, v in shared.target.model.state_dict().items()}
         version = shared.version
         online = {k: v.clone() for k, v in shared.model.state_dict().items()}

@@ -157,11 +157,11 @@ def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make
     try:
         algorithm = trainer.algorithm
         before = [trainer.train() for _ in range(15)]
-        locations = [ray.get(shard.location.remote()) for shard in algorithm.shards]
+        locations = [shard.call("location") for shard in algorithm.shards]
         assert len({node for node, _ in locations}) == 2  # one shard on each node
         os.kill(locations[0][1], 9)
         after = [trainer.train() for _ in range(25)]
-        new_location = ray.get(algorithm.shards[0].location.remote())
+        new_location = algorithm.shards[0].call("location")
     finally:
         trainer.close()
     assert before[-1]["replay_shards"] == 2 and before[-1]["replay_shard_restarts"] == 0
@@ -183,6 +183,7 @@ def test_an_actor_write_the_shards_limiter_refuses_waits_until_the_learner_sampl
     from rlpar.sampling.prioritizing_worker import PrioritizingWorker
     from rlpar.replay.shard import ReplayShard
     from rlpar.runtime.build import probe_policy_spec
+    from rlpar.sampling.services import ActorAddress
 
     # min_size 16, band [16 - 16, 16 + 16] in sampled items, 1 per insert
     limiter = dict(min_size=16, samples_per_insert=1.0, tolerance=16.0, insert_batch=16, sample_batch=16)
@@ -197,7 +198,7 @@ def test_an_actor_write_the_shards_limiter_refuses_waits_until_the_learner_sampl
     try:
         assert ray.get([shard.add.remote(transitions, np.ones(16)) for _ in range(2)]) == [16, 16]  # diff 32: the top
         assert ray.get(shard.add.remote(transitions, np.ones(16))) is None  # diff would be 48
-        actor.shards = [shard]
+        actor.shards = [ActorAddress(shard, generation=0)]
         learner = threading.Timer(0.5, lambda: ray.get(shard.sample.remote(16)))  # diff 16: room for one more
         learner.start()
         waits = [actor.write(transitions, np.ones(16)) for _ in range(3)]  # the third waits for the first
@@ -222,12 +223,12 @@ def test_a3c_parameter_server_is_an_actor_and_a_killed_one_is_restarted(cluster,
     try:
         algorithm = trainer.algorithm
         before = [trainer.train() for _ in range(30)]
-        held_version = algorithm.held["version"]
-        server_pid = ray.get(algorithm.server.__ray_call__.remote(lambda server: os.getpid()))
+        held_version = algorithm.server.kept["version"]
+        server_pid = ray.get(algorithm.server.actor.__ray_call__.remote(lambda server: os.getpid()))
         os.kill(server_pid, 9)
         after = [trainer.train() for _ in range(40)]
-        new_pid = ray.get(algorithm.server.__ray_call__.remote(lambda server: os.getpid()))
-        served = ray.get(algorithm.server.weights.remote())[0]
+        new_pid = ray.get(algorithm.server.actor.__ray_call__.remote(lambda server: os.getpid()))
+        served = algorithm.server.call("weights")[0]
         evaluated_weights = algorithm.policy_weights()
         evaluation = trainer.evaluate(num_episodes=2)  # the server's weights, not its handle
     finally:

@@ -86,8 +86,8 @@ def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tm
     try:
         history = [trainer.train() for _ in range(12)]
         algorithm = trainer.algorithm
-        shard_sizes = [shard.stats()["size"] for shard in algorithm.shards]
-        limiters = [shard.limiter for shard in algorithm.shards]
+        shard_sizes = [shard.call("stats")["size"] for shard in algorithm.shards]
+        limiters = [shard.instance.limiter for shard in algorithm.shards]  # tables in this process
         ratio = algorithm.replay_ratio * algorithm.batch_size
         epsilons = algorithm.epsilons.values
     finally:

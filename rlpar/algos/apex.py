@@ -28,6 +28,7 @@ with the others, and the actors get the new handle with the next weights.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -37,7 +38,7 @@ from rlpar.learning.exploration import SpreadEpsilons
 from rlpar.sampling.prioritizing_worker import MAX_WRITES_IN_FLIGHT, PrioritizingWorker
 from rlpar.replay.nstep import most_transitions_per_rollout
 from rlpar.replay.rate_limiter import least_tolerance
-from rlpar.replay.shard import ReplayShard, ReplayTable
+from rlpar.replay.shard import ReplayShard
 
 
 class ApeX(DQN):
@@ -68,13 +69,16 @@ class ApeX(DQN):
 
     # -- the sharded replay -----------------------------------------------------------------
     def build_replay(self) -> None:
-        self.ray = getattr(self.sampler, "ray", None)  # Ray actors when the sampler runs on Ray
+        """Shards where the sampler puts them (rlpar.sampling.services): Ray actors spread over
+        the nodes, or tables in this process."""
         self.num_shards = self.replay_settings.num_shards
         self.rate_limiter = self.rate_limiter_settings()
-        self.shards = [self.start_shard(i) for i in range(self.num_shards)]
         self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
+        self.shards = [self.sampler.start_service(ReplayShard, name=f"replay shard {index}", node_index=index,
+                                                  settings=self.shard_settings(index),
+                                                  on_lost=functools.partial(self.shard_lost, index))
+                       for index in range(self.num_shards)]
         self.turn = 0
-        self.shard_restarts = 0
         self.last_beta = self.replay_settings.beta_start  # the importance exponent of the latest minibatch
         self.sample_wait_s = 0.0
         self.insert_wait_s = 0.0  # actors' time waiting for their writes to be taken, as they report it
@@ -98,46 +102,24 @@ class ApeX(DQN):
                     samples_per_insert=samples_per_insert, tolerance=tolerance, insert_batch=insert_batch,
                     sample_batch=self.batch_size)
 
-    def start_shard(self, index: int):
+    def shard_settings(self, index: int) -> dict:
         replay = self.replay_settings
-        kwargs = dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
-                      obs_dtype=self.policy_spec.obs_dtype,                      alpha=replay.alpha, beta_start=replay.beta_start, beta_end=replay.beta_end,
-                      beta_steps=max(self.beta_steps // self.num_shards, 1), seed=self.seed + 1000 * index,
-                      rate_limiter=self.rate_limiter)
-        if self.ray is None:
-            return ReplayTable(**kwargs)
-        # Shard i on the i-th live node (mod their number), chosen afresh at every (re)start. Ray's
-        # SPREAD strategy, and a soft node affinity, put zero-CPU actors on one node 1 time in 4.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        return dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
+                    obs_dtype=self.policy_spec.obs_dtype, alpha=replay.alpha, beta_start=replay.beta_start,
+                    beta_end=replay.beta_end, beta_steps=max(self.beta_steps // self.num_shards, 1),
+                    seed=self.seed + 1000 * index, rate_limiter=self.rate_limiter)
 
-        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"])
-        placement = NodeAffinitySchedulingStrategy(node_id=nodes[index % len(nodes)], soft=False)
-        return self.ray.remote(ReplayShard).options(num_cpus=0, scheduling_strategy=placement).remote(**kwargs)
-
-    def answer(self, index: int, request):
-        """What a request to Ray shard `index` returns; None after restarting a shard that died
-        or did not answer within a minute."""
-        try:
-            return self.ray.get(request, timeout=60)
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
-            self.restart_shard(index)
-            return None
-
-    def restart_shard(self, index: int) -> None:
-        try:
-            self.ray.kill(self.shards[index])
-        except Exception:
-            pass  # already gone
-        self.shards[index] = self.start_shard(index)
+    def shard_lost(self, index: int, kept: None) -> None:
+        """A shard that died starts again empty; actors receive its new address with the next
+        weights."""
         self.prefetched.pop(index, None)
-        self.shard_restarts += 1
-        self.version += 1  # actors receive the new handle with the next weights
+        self.version += 1
+        return None
 
     def get_weights(self) -> dict:
-        weights = {**super().get_weights(), "epsilon": self.epsilons.values}
-        if self.ray is not None:
-            weights["replay_shards"] = list(self.shards)
-        return weights
+        """With the shards' addresses: actors that can wait for a shard write to it themselves."""
+        return {**super().get_weights(), "epsilon": self.epsilons.values,
+                "replay_shards": [shard.address for shard in self.shards]}
 
     def insert(self, batch) -> int:
         """Transitions that came back with the batch go into the in-process shards, in turn (one
@@ -146,12 +128,12 @@ class ApeX(DQN):
         count = sum(batch.extras.get("written", []))
         self.insert_wait_s += sum(batch.extras.get("insert_wait_s", []))
         for transitions, priorities in zip(batch.extras.get("transitions", []), batch.extras.get("priorities", [])):
-            table = self.shards[self.turn % self.num_shards]
+            shard = self.shards[self.turn % self.num_shards]
             self.turn += 1
-            added = table.add(transitions, priorities)
+            added = shard.call("add", transitions, priorities)
             if added is None:
                 self.learn(None)
-                added = table.add(transitions, priorities)
+                added = shard.call("add", transitions, priorities)
             count += added
         self.inserted += count
         return count
@@ -169,39 +151,33 @@ class ApeX(DQN):
         return batch, metrics
 
     def next_minibatch(self):
-        """From the next shard whose limiter allows one; on Ray, a shard that served a minibatch
-        is asked for its following one at once (prefetch)."""
+        """From the next shard whose limiter allows one; a shard that served a minibatch is asked
+        for its following one at once (prefetch: an actor's answers while the learner learns)."""
         for _ in range(self.num_shards):
             index = self.turn % self.num_shards
             self.turn += 1
-            drawn = self.shards[index].sample(self.batch_size) if self.ray is None else self.fetch(index)
+            drawn = self.fetch(index)
             if drawn is not None:
                 items, weights, transitions, self.last_beta = drawn
                 return (index, items), weights, transitions
         return None
 
     def fetch(self, index: int):
-        request = self.prefetched.pop(index, None) or self.shards[index].sample.remote(self.batch_size)
-        drawn = self.answer(index, request)
+        shard = self.shards[index]
+        drawn = shard.answer(self.prefetched.pop(index, None) or shard.request("sample", self.batch_size))
         if drawn is not None:  # a refusal is not prefetched: it would be stale by the next iteration
-            self.prefetched[index] = self.shards[index].sample.remote(self.batch_size)
+            self.prefetched[index] = shard.request("sample", self.batch_size)
         return drawn
 
     def report_priorities(self, where, td_errors) -> None:
         index, items = where
-        if self.ray is None:
-            self.shards[index].update_priorities(items, td_errors)
-        else:
-            self.shards[index].update_priorities.remote(items, td_errors)  # not waited for
+        self.shards[index].tell("update_priorities", items, td_errors)  # not waited for
 
     def replay_metrics(self) -> dict:
         """Sizes, and the time actors waited for their writes to be taken and the learner waited
         for inserts (both cumulative, seconds)."""
-        if self.ray is None:
-            stats = [table.stats() for table in self.shards]
-        else:
-            requests = [shard.stats.remote() for shard in self.shards]  # asked all at once, answered in turn
-            stats = [s for s in (self.answer(i, r) for i, r in enumerate(requests)) if s is not None]
+        requests = [shard.request("stats") for shard in self.shards]  # asked all at once, answered in turn
+        stats = [s for s in (shard.answer(r) for shard, r in zip(self.shards, requests)) if s is not None]
         return {"replay_size": sum(s["size"] for s in stats),
                 "replay_insert_wait_s": self.insert_wait_s,
                 "replay_sample_wait_s": self.sample_wait_s,
@@ -212,7 +188,8 @@ class ApeX(DQN):
 
     def training_step(self):
         result = super().training_step()
-        result.metrics.update(replay_shards=self.num_shards, replay_shard_restarts=self.shard_restarts,
+        result.metrics.update(replay_shards=self.num_shards,
+                              replay_shard_restarts=sum(shard.restarts for shard in self.shards),
                               episode_return_mean_all=self.all_returns_mean)
         return result
 
@@ -224,12 +201,3 @@ class ApeX(DQN):
     def replay_state(self) -> None:
         """The shards' contents are not checkpointed: a resumed run refills them."""
         return None
-
-    def close(self) -> None:
-        if self.ray is not None:
-            for shard in self.shards:
-                try:
-                    self.ray.kill(shard)
-                except Exception:
-                    pass
-        super().close()

@@ -2,7 +2,8 @@
 the optimiser's statistics and two counters in shared memory, updated in place by every worker
 process without locks (Hogwild; Recht et al. 2011, Mnih et al. 2016 §4).
 
-The learner builds it once and sends it to each worker with its first request: one pickle holds
+The learner builds it once (and again on a resume) and sends it to each worker with its first
+request (as the address of a service, rlpar.sampling.services): one pickle holds
 the model, its optimiser and the counters, so the optimiser's parameters are the model's, and
 their shared storage travels as handles, not copies. A worker reads the newest weights before
 each rollout and applies its gradient right after; `apply` answers how many updates other
@@ -22,10 +23,14 @@ VERSION, ENV_STEPS = 0, 1
 
 class SharedParameters:
     def __init__(self, *, model, optimizer, learning_rate, total_steps: int, max_grad_norm: float,
-                 max_consecutive_nonfinite: int, target_update_every: int | None = None):
+                 max_consecutive_nonfinite: int, target_update_every: int | None = None, state: dict | None = None):
         """`model` and `optimizer` are the learner's: moved into shared memory in place (a target
         network too, with `target_update_every`, refreshed by whichever worker's update crosses
-        a multiple)."""
+        a multiple); `state`: what `state()` returned, loaded first (a resume: the optimiser's
+        state arrives in new tensors, shared here before any worker is sent them)."""
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
         model.share_memory()
         self.target = TargetNetwork(model, target_update_every) if target_update_every else None
         if self.target is not None:
@@ -34,6 +39,8 @@ class SharedParameters:
             tensor.share_memory_()
         self.model, self.optimizer = model, optimizer
         self.counters = torch.zeros(2, dtype=torch.int64).share_memory_()
+        if state is not None:
+            self.counters.copy_(torch.tensor([state["version"], state["env_steps"]]))
         self.learning_rate, self.total_steps = learning_rate, total_steps
         self.max_grad_norm, self.max_consecutive_nonfinite = max_grad_norm, max_consecutive_nonfinite
         self.step = None  # each process builds its own guard (its counts are per worker)
@@ -61,6 +68,11 @@ class SharedParameters:
         if self.target is not None:
             self.target.refresh(self.version)
         return {"staleness": staleness, "version": self.version, "nonfinite_updates": self.step.nonfinite_updates}
+
+    def state(self) -> dict:
+        """Weights, optimiser state and counters (read while workers may be writing them)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "version": int(self.counters[VERSION]), "env_steps": int(self.counters[ENV_STEPS])}
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "step": None}

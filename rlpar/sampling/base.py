@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Protocol
 
 from rlpar.sampling.batch import Batch
+from rlpar.sampling.services import InProcessService, Service, built_here
 
 
 class Worker(Protocol):
@@ -91,6 +92,27 @@ class Sampler(ABC):
 
     def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
         """`environments=False` restores counters only and keeps the environments as built."""
+
+    def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
+                      node_index: int | None = None, on_lost=None) -> Service:
+        """A side service for the algorithm (rlpar.sampling.services), placed where this
+        sampler's layout puts it: here, in the learner's process, where a worker (in this process
+        too) can call it. `settings`: `service_class`'s keyword arguments; a restart adds
+        `state`. `in_shared_memory(state)`: builds the object workers share with the learner
+        where they are processes that share its memory (None: it stays in the learner's);
+        `node_index`: on a cluster, the service runs on the node_index-th live node (mod their
+        number). Stopped by `close`."""
+        service = InProcessService(start=built_here(service_class, settings), reachable=True, name=name, on_lost=on_lost)
+        return self.keep_service(service)
+
+    def keep_service(self, service: Service) -> Service:
+        self.services = [*getattr(self, "services", []), service]
+        return service
+
+    def stop_services(self) -> None:
+        for service in getattr(self, "services", []):
+            service.stop()
+        self.services = []
 
     @abstractmethod
     def close(self) -> None: ...

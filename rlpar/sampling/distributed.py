@@ -17,6 +17,7 @@ from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import InferenceServer, RayInferenceClient
 from rlpar.sampling.pool import WorkerPoolSampler
+from rlpar.sampling.services import ActorService, Service
 
 
 INLINE_WEIGHT_BYTES = 256 * 1024  # weights x workers: below this, requests carry the weights themselves
@@ -127,6 +128,26 @@ class DistributedSampler(WorkerPoolSampler):
     def _inference_client(self, worker: int):
         return RayInferenceClient(self.inference)
 
+    def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
+                      node_index: int | None = None, on_lost=None) -> Service:
+        """A Ray actor asking for no CPU; with `node_index`, on the node_index-th live node (mod
+        their number), chosen afresh at every (re)start: Ray's SPREAD strategy, and a soft node
+        affinity, put zero-CPU actors on one node 1 time in 4."""
+        ray = self.ray
+
+        def start(state: dict | None):
+            options = {"num_cpus": 0}
+            if node_index is not None:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                    node_id=nodes[node_index % len(nodes)], soft=False)
+            return ray.remote(service_class).options(**options).remote(
+                **settings, **({} if state is None else {"state": state}))
+
+        return self.keep_service(ActorService(ray=ray, start=start, name=name, on_lost=on_lost))
+
     def _set_inference_weights(self, weights: dict, version: int) -> None:
         """Every round (a restarted server has none), waited for: in blocking mode the round's
         first step must act with exactly these weights."""
@@ -221,6 +242,7 @@ class DistributedSampler(WorkerPoolSampler):
         # The private instance takes its actors with it: killing hundreds one by one first (a GCS
         # call each) only delays the stop.
         if not (hasattr(self, "connection") and self.connection.stops_instance):
+            self.stop_services()
             for worker, runner in enumerate(getattr(self, "runners", [])):
                 if runner is not None:
                     self._stop(worker)

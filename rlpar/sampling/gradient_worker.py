@@ -1,13 +1,11 @@
 """A3C's worker: acts like any rollout worker, then computes the actor-critic gradient of its own
 rollout with a torch copy of the model, and sends the gradient instead of the data.
 
-Where the gradient goes, by what comes with the first weights:
-- a Ray parameter server's handle (parallel=distributed): the worker applies its gradient there
-  itself and takes the newest weights back at once;
-- shared-memory parameters (rlpar.learning.hogwild, parallel=multiprocess): the worker reads the
-  newest weights before each rollout and applies its gradient to them in place;
-- plain weights (parallel=local): the gradient travels back with the batch (`Batch.extras`) to
-  the learner's in-process parameter server.
+Where the gradient goes: to the parameter server whose address (rlpar.sampling.services) comes
+with the weights as `parameter_server`. The worker applies its gradient there itself and adopts
+the newest weights the server answers with; one it shares memory with (Hogwild,
+parallel=multiprocess) it reads before each rollout instead. Given plain weights, the gradient
+travels back with the batch (`Batch.extras`).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import sys
 
 import numpy as np
 
+from rlpar.errors import ServiceLost
 from rlpar.learning.rewards import clip_rewards
 from rlpar.sampling.batch import raw_obs_moments
 from rlpar.sampling.rollout import RolloutWorker
@@ -38,26 +37,21 @@ class GradientWorker(RolloutWorker):
         self.parameters = list(self.model.parameters())
         self.objective, self.reward_scale, self.reward_clip = objective, reward_scale, reward_clip
         self.acting: dict = {}  # what the acting policy takes beside the weights (ε per environment)
-        self.server = None  # a Ray handle of the parameter server (parallel=distributed)
-        self.server_generation = -1
-        self.shared = None  # SharedParameters (parallel=multiprocess)
+        self.server = None  # the parameter server's address
 
     def set_weights(self, weights: dict, version: int) -> None:
-        """The learner's weights, or (distributed) the parameter server's handle: a new server,
-        or a restarted one, is asked for its weights."""
+        """The learner's weights, or the parameter server's address: a new server, or a
+        restarted one, is asked for its weights."""
         self.acting = weights.get("acting", self.acting)
-        if "hogwild" in weights:
-            self.shared = weights["hogwild"]
-        elif "parameter_server" not in weights:
+        server = weights.get("parameter_server")
+        if server is None:
             self.adopt(weights, version)
-        elif weights["server_generation"] != self.server_generation:
-            import ray
-
-            self.server, self.server_generation = weights["parameter_server"], weights["server_generation"]
+        elif self.server is None or server.generation != self.server.generation:
+            self.server = server
             try:
-                self.adopt(*ray.get(self.server.weights.remote()))
-            except ray.exceptions.RayActorError:
-                pass  # it died already: the learner restarts it and sends the new handle
+                self.adopt(*server.call("weights"))
+            except ServiceLost:
+                pass  # it died already: the learner restarts it and sends the new address
 
     def adopt(self, weights: dict, version: int) -> None:
         """Weights from the server: the model's, and `<name>.`-prefixed ones for the others."""
@@ -71,26 +65,21 @@ class GradientWorker(RolloutWorker):
                 {k[len(prefix):]: self.torch.as_tensor(v) for k, v in weights.items() if k.startswith(prefix)})
 
     def sample(self, out=None):
-        if self.shared is not None:
-            self.adopt(*self.shared.weights())
+        if self.server is not None and self.server.shared:
+            self.adopt(*self.server.call("weights"))
         batch = super().sample(out)
         gradients, stats = self.gradients(batch)
         moments = raw_obs_moments(batch)
-        if self.shared is not None:
-            answer = self.shared.apply(gradients, self.policy_version, batch.num_steps, moments)
-        elif self.server is not None:
-            import ray
-
-            request = self.server.apply.remote(gradients, self.policy_version, batch.num_steps, moments)
-            try:
-                answer = ray.get(request)
-            except ray.exceptions.RayActorError:
-                batch.extras = {"server_lost": [self.server_generation]}
-                return batch
-            self.adopt(answer["weights"], answer["version"])
-        else:
+        if self.server is None:
             batch.extras = {"gradients": [gradients], "obs_moments": [moments], "loss": [stats]}
             return batch
+        try:
+            answer = self.server.call("apply", gradients, self.policy_version, batch.num_steps, moments)
+        except ServiceLost:
+            batch.extras = {"server_lost": [self.server.generation]}
+            return batch
+        if "weights" in answer:  # (shared memory: read before the next rollout instead)
+            self.adopt(answer["weights"], answer["version"])
         batch.extras = {"staleness": [answer["staleness"]], "server_version": [answer["version"]], "loss": [stats],
                         "nonfinite_updates": [answer["nonfinite_updates"]]}
         return batch

@@ -89,4 +89,5 @@ class LocalSampler(Sampler):
         self.env_restarts = int(state.get("env_restarts", 0))
 
     def close(self) -> None:
+        self.stop_services()
         self.worker.close()

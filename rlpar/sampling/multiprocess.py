@@ -26,6 +26,7 @@ from rlpar.sampling.batch import PER_ENV_FIELDS, Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import SharedMemoryInference
 from rlpar.sampling.pool import WorkerPoolSampler
+from rlpar.sampling.services import InProcessService, Service, built_here
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 
 
@@ -197,7 +198,20 @@ class MultiprocessSampler(WorkerPoolSampler):
     def worker_pids(self) -> list[int | None]:
         return [proc.pid if proc is not None else None for proc in self.processes]
 
+    def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
+                      node_index: int | None = None, on_lost=None) -> Service:
+        """In the learner's process; in shared memory, which the workers reach in place
+        (Hogwild), when the algorithm says how to build it there; else out of the workers'
+        reach (they send their data back with the batch)."""
+        if in_shared_memory is None:
+            start, reachable = built_here(service_class, settings), False
+        else:
+            start, reachable = in_shared_memory, True
+        return self.keep_service(InProcessService(start=start, reachable=reachable, shared=reachable, name=name,
+                                                  on_lost=on_lost))
+
     def close(self) -> None:
+        self.stop_services()
         if getattr(self, "inference", None) is not None:  # first: a worker waiting for actions then reads end-of-file
             self.inference.close()
             self.inference = None

@@ -3,9 +3,10 @@
 Each rollout becomes n-step transitions (followed per global environment id) whose initial
 priorities are the |n-step TD error| under the actor's own copy of the Q-network, so a new
 transition enters the replay with a meaningful priority instead of the maximum (Horgan et al.
-2018). With replay shards (Ray actor handles that come with the weights, parallel=distributed)
-the actor writes to them itself, round-robin, and the learner only sees episode statistics;
-without, the transitions travel back with the batch (`Batch.extras`) to the learner's replay.
+2018). The shards' addresses (rlpar.sampling.services) come with the weights: shards that serve
+while the learner works (Ray actors, parallel=distributed) the actor writes to itself,
+round-robin, and the learner only sees episode statistics; otherwise (shards in the learner's
+process) the transitions travel back with the batch (`Batch.extras`) to the learner.
 Numpy only: no torch in actors.
 """
 
@@ -15,6 +16,7 @@ import time
 
 import numpy as np
 
+from rlpar.errors import ServiceLost
 from rlpar.learning.rewards import clip_rewards
 from rlpar.replay.nstep import NStepWriter
 from rlpar.sampling.rollout import RolloutWorker
@@ -28,13 +30,14 @@ class PrioritizingWorker(RolloutWorker):
         super().__init__(**rollout_kwargs)
         self.reward_clip = reward_clip
         self.writer = NStepWriter(n=n_step, gamma=gamma)
-        self.shards: list | None = None
+        self.shards: list = []  # addresses of the shards this actor writes to itself
         self.writes_in_flight: list = []  # (shard, its arguments, the request)
         self.rollouts = 0
 
     def set_weights(self, weights: dict, version: int) -> None:
         super().set_weights(weights, version)
-        self.shards = weights.get("replay_shards")  # new handles after a shard was restarted
+        shards = weights.get("replay_shards", [])  # new addresses after a shard was restarted
+        self.shards = shards if all(shard is not None and shard.concurrent for shard in shards) else []
 
     def sample(self, out=None):
         batch = super().sample(out)
@@ -62,22 +65,20 @@ class PrioritizingWorker(RolloutWorker):
         """To the next shard in turn, without waiting for it unless more than
         MAX_WRITES_IN_FLIGHT are unanswered; a write the shard's rate limiter refused is offered
         again until taken. Returns the seconds spent waiting. A write to a shard that died is
-        lost; the learner restarts the shard and sends its new handle."""
-        import ray
-
+        lost; the learner restarts the shard and sends its new address."""
         shard = self.shards[(self.first_env_index + self.rollouts) % len(self.shards)]
         self.rollouts += 1
         arguments = (transitions, priorities)
-        self.writes_in_flight.append((shard, arguments, shard.add.remote(*arguments)))
+        self.writes_in_flight.append((shard, arguments, shard.request("add", *arguments)))
         began = time.perf_counter()
         while len(self.writes_in_flight) > MAX_WRITES_IN_FLIGHT:
             shard, arguments, request = self.writes_in_flight.pop(0)
             pause = RETRY_S[0]
             try:
-                while ray.get(request) is None:
+                while shard.answer(request) is None:
                     time.sleep(pause)
                     pause = min(2 * pause, RETRY_S[1])
-                    request = shard.add.remote(*arguments)
-            except ray.exceptions.RayActorError:
+                    request = shard.request("add", *arguments)
+            except ServiceLost:
                 pass  # the shard died
         return time.perf_counter() - began
