@@ -75,12 +75,14 @@ def train(argv: list[str]) -> None:
     returning (exit 0), raising SystemExit, or leaving at once with os._exit (see
     `_leave_past_background_torch`)."""
     from rlpar.config.overrides import override_problems
-    from rlpar.envs.factory import LAUNCH_DIR_VARIABLE
+    from rlpar.envs.factory import LAUNCH_DIR_VARIABLE, add_import_dir
 
     if problems := override_problems(argv):  # Hydra would answer with a traceback
         _refuse(problems)
-    # `env.entry_point=my_env:MyEnv` is found in this directory, also by workers and Tune trials
+    # `env.entry_point=my_env:MyEnv` is found in this directory, also by workers and Tune trials,
+    # and so is a `_target_` of the user's own (`algo=theirs` naming `my_algo.MyAlgo`)
     os.environ.setdefault(LAUNCH_DIR_VARIABLE, os.getcwd())
+    add_import_dir(os.environ[LAUNCH_DIR_VARIABLE])
     sys.argv = [sys.argv[0], *argv]  # Hydra reads its overrides and flags (-m, --cfg) there
     exit_code = 0
     try:

@@ -37,7 +37,8 @@ def _class_source(target: str) -> tuple[ast.Module, ast.ClassDef, str]:
     module_name, _, class_name = target.rpartition(".")
     spec = importlib.util.find_spec(module_name)
     if spec is None or not spec.origin:
-        raise ImportError(f"cannot find module '{module_name}'")
+        raise ImportError(f"cannot find module '{module_name}' (searched: installed packages, PYTHONPATH, and the "
+                          f"directory main.py or `rlpar train` was started in)")
     tree = ast.parse(Path(spec.origin).read_text())
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     if cls is None:
@@ -166,7 +167,10 @@ def allowed_keys(path: str, node: dict) -> tuple[frozenset[str], str] | None:
 
 def unknown_key_problems(config: dict, path: str = "") -> list[str]:
     """One line per key that no part of rlpar takes, with the nearest valid key when there is one."""
-    allowed = allowed_keys(path, config)
+    try:
+        allowed = allowed_keys(path, config)
+    except (ImportError, SyntaxError) as err:  # a _target_ that cannot be read: named with its place
+        return [f"{path}._target_: {err}"]
     problems = []
     for key, value in config.items():
         full = f"{path}.{key}" if path else str(key)

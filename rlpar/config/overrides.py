@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rlpar.errors import first_line
+
 
 def override_problems(overrides: list[str]) -> list[str]:
     """Command-line overrides Hydra would refuse with a traceback, or in its own words without a
@@ -11,6 +14,7 @@ def override_problems(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
+    conf_dirs = _conf_dirs(parser, overrides)
     problems, parsed = [], []
     for text in overrides:
         if text.startswith("-") or "=" not in text:
@@ -20,11 +24,38 @@ def override_problems(overrides: list[str]) -> list[str]:
         except Exception as err:  # Hydra's parse errors, one per kind of syntax mistake
             problems.append(f"{text.partition('=')[0]}: '{text}' is not a valid override ({_parse_reason(err)})")
             continue
-        problem = _group_choice_problem(override, text) or _hydra_dir_problem(override)
+        problem = _group_choice_problem(override, text, conf_dirs) or _hydra_dir_problem(override)
         if problem:
             problems.append(problem)
         parsed.append(override)
-    return problems or _unknown_key_problems(parsed)
+    return problems or _unknown_key_problems(parsed, conf_dirs)
+
+
+def _conf_dirs(parser, overrides: list[str]) -> list[Path] | None:
+    """rlpar's conf/, then the user's `hydra.searchpath` directories (and Hydra's `--config-dir`),
+    whose groups' options are options too (an algorithm of their own: algo=<theirs>); None for a
+    path only Hydra can read (`pkg://`): Hydra then names unknown options itself."""
+    from rlpar.config.conf_dir import CONF_DIR
+
+    dirs = [CONF_DIR]
+    for flag, value in zip(overrides, overrides[1:]):
+        if flag in ("-cd", "--config-dir"):
+            dirs.append(Path(value))
+    for text in overrides:
+        if text.startswith("--config-dir="):
+            dirs.append(Path(text.partition("=")[2]))
+        if not text.startswith("hydra.searchpath="):
+            continue
+        try:
+            paths = parser.parse_overrides([text])[0].value()
+        except Exception:  # reported with the other malformed overrides
+            return dirs
+        for path in paths if isinstance(paths, list) else [paths]:
+            scheme, separator, rest = str(path).partition("://")
+            if separator and scheme != "file":
+                return None
+            dirs.append(Path(rest if separator else scheme))
+    return dirs
 
 
 def _parse_reason(err: Exception) -> str:
@@ -32,14 +63,13 @@ def _parse_reason(err: Exception) -> str:
     return "unexpected character; quote values with special characters" if "LexerNoViableAlt" in reason else reason
 
 
-def _group_choice_problem(override, text: str) -> str | None:
-    from rlpar.config.conf_dir import CONF_DIR
+def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> str | None:
     from rlpar.config.known_keys import did_you_mean
 
     group = override.key_or_group
-    if not (CONF_DIR / group).is_dir():
+    if conf_dirs is None or not any((d / group).is_dir() for d in conf_dirs):
         return None
-    options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    options = sorted({p.stem for d in conf_dirs for p in (d / group).glob("*.yaml")})
     if override.is_sweep_override():
         values = list(override.sweep_iterator()) if override.is_discrete_sweep() else []
     else:
@@ -72,22 +102,25 @@ def _hydra_dir_problem(override) -> str | None:
     return f"{override.key_or_group}: {problem}" if problem else None
 
 
-def _unknown_key_problems(parsed: list) -> list[str]:
+def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[str]:
     """Keys set without `+` that the composed config does not have. Composed with the command's
     group choices; skipped when a group choice is swept (the key may exist in one option only)."""
     from omegaconf import OmegaConf
 
     from rlpar.config.compose import compose_config
-    from rlpar.config.conf_dir import CONF_DIR
     from rlpar.config.known_keys import did_you_mean
 
-    is_group = [(CONF_DIR / o.key_or_group).is_dir() for o in parsed]
+    if conf_dirs is None:
+        return []
+    is_group = [any((d / o.key_or_group).is_dir() for d in conf_dirs) for o in parsed]
     keys = [o for o, group in zip(parsed, is_group) if not group and o.is_force_add() is False
             and not o.is_add() and not o.is_delete() and not o.key_or_group.startswith("hydra")]
     if not keys or any(o.is_sweep_override() for o, group in zip(parsed, is_group) if group):
         return []
     try:
-        cfg = compose_config([o.input_line for o, group in zip(parsed, is_group) if group])
+        search_path = ",".join(f"'file://{d.resolve()}'" for d in conf_dirs[1:])
+        cfg = compose_config([*([f"hydra.searchpath=[{search_path}]"] if search_path else []),
+                              *(o.input_line for o, group in zip(parsed, is_group) if group)])
     except Exception:  # anything else wrong with the command: Hydra reports it in its own words
         return []
     problems = []

@@ -169,8 +169,8 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     (a component of its own), and its own rules where it states any."""
     takes = _learner_keys(c)
 
-    def number(name, **limits):
-        return c.number(f"algo.{name}", **limits) if takes is None or name in takes else None
+    def number(name, **limits):  # checked where the algorithm takes it (an unreadable _target_ is named once)
+        return c.number(f"algo.{name}", **limits) if takes is not None and name in takes else None
 
     number("lr", low=0, low_open=True)
     number("gamma", low=0, high=1)

@@ -64,11 +64,17 @@ def launch_dir() -> str:
     return os.environ.get(LAUNCH_DIR_VARIABLE) or os.getcwd()
 
 
+def add_import_dir(directory: str | None) -> None:
+    """Let modules in `directory` be imported, after installed packages (so a user's `logging.py`
+    there shadows nothing)."""
+    if directory and directory not in sys.path:
+        sys.path.append(directory)
+
+
 def import_object(path: str, search_dir: str | None = None):
     """Import `package.module:Name` or `package.module.Name`, also from `search_dir` (a user's
     `my_env.py` in the directory rlpar was started in; searched after installed packages)."""
-    if search_dir and search_dir not in sys.path:
-        sys.path.append(search_dir)
+    add_import_dir(search_dir)
     if ":" in path:
         module_name, _, attr = path.partition(":")
     else:
