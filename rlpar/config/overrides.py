@@ -39,7 +39,9 @@ def _group_choice_problem(override, text: str) -> str | None:
     group = override.key_or_group
     if not (CONF_DIR / group).is_dir():
         return None
-    options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    from rlpar.config.presets import GROUP as PRESET_GROUP
+
+    options = group_options(CONF_DIR / group)
     if override.is_sweep_override():
         values = list(override.sweep_iterator()) if override.is_discrete_sweep() else []
     else:
@@ -47,7 +49,7 @@ def _group_choice_problem(override, text: str) -> str | None:
     if not group:
         return f"'{text}': no key before '='"
     for value in values:
-        if value is None and override.is_delete():
+        if value is None and (override.is_delete() or group == PRESET_GROUP):  # preset=null: the baseline
             continue
         if isinstance(value, str) and value in options:
             continue
@@ -57,6 +59,15 @@ def _group_choice_problem(override, text: str) -> str | None:
         if not isinstance(value, dict):
             return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
     return None
+
+
+SHARED = "shared"  # a group's folder of configs its options share through `defaults:` (conf/algo/shared/)
+
+
+def group_options(group_dir) -> list[str]:
+    """A config group's options, those in sub-folders included (`preset=ppo/CartPole-v1`)."""
+    return sorted(path.relative_to(group_dir).with_suffix("").as_posix() for path in group_dir.rglob("*.yaml")
+                  if path.relative_to(group_dir).parts[0] != SHARED)
 
 
 HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra makes these itself, with a traceback if it cannot

@@ -6,7 +6,6 @@ import json
 from functools import partial
 from pathlib import Path
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.validate import validate_config
@@ -16,6 +15,7 @@ from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import latest_valid_checkpoint, set_aside
 from rlpar.runtime.errors import TRAINING_STOPS, CheckpointWriteError, RunDirError
 from rlpar.runtime.interrupts import HeldInterrupts
+from rlpar.runtime.run_dir import write_config
 
 
 def resolved_config(cfg: DictConfig) -> dict:
@@ -47,14 +47,18 @@ def run(cfg: DictConfig, *, validated: bool = False) -> dict:
 
 def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
     checkpoint = None
+    write_config(run_dir, resolved_config(cfg))
     try:
-        with open(run_dir / "config.yaml", "w") as handle:
-            yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
         if cfg.get("resume"):
             checkpoint = _newest_usable_checkpoint(run_dir)
             truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
     except OSError as err:
         raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
+    if checkpoint is not None and int(checkpoint["env_steps"]) >= int(cfg.total_steps):
+        print(f"rlpar: {run_dir} is already finished: {int(checkpoint['env_steps']):,} of {int(cfg.total_steps):,} "
+              f"env steps (iteration {int(checkpoint['iteration'])}); to train on, resume with a larger total_steps",
+              flush=True)
+        return {}
     trainer = build_trainer(cfg)
     trainer.check_run_dir = partial(run_lock.check_owner, run_dir)
     try:
