@@ -356,6 +356,8 @@ def evaluate(argv: list[str]) -> int:
         return 1
     finally:
         interrupts.ignore_signals()
+    for note in result.get("notes", []):
+        print(note)
     print(result["summary"])
     for video in result["videos"]:
         print(f"video: {video}")

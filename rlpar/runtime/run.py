@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.validate import validate_config
+from rlpar.logging.progress import budget_line
 from rlpar.logging.run_log import RunLog, record_event
 from rlpar.runtime import run_lock
 from rlpar.runtime.build import build_trainer
@@ -72,6 +73,8 @@ def _locked_run(cfg: DictConfig, run_dir: Path) -> dict:
             "\nstopping after this iteration (interrupt again to stop at once, without a checkpoint)",
             second_stops_at_once=True,
         )
+        print(budget_line(total_steps=trainer.total_steps, done_steps=trainer.env_steps,
+                          frames_per_step=trainer.frames_per_step), flush=True)
         try:
             with interrupts:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)
