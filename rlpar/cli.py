@@ -141,17 +141,19 @@ def _composed_overrides(overrides: list[str]) -> list[str]:
         return overrides
 
 
-def _job_preset(cfg, overrides: list[str], chosen: str | None):
+def _job_preset(cfg, hydra, overrides: list[str]):
     """(the job's config, its preset line). A job of a sweep over `algo` or `env.id` composed
     with the preset of the command's first (algo.name, env.id) is composed again with its own."""
     from hydra import compose
 
     from rlpar.config.presets import GROUP, preset_line, preset_override, wanted_preset
 
-    wanted = wanted_preset(cfg)
+    chosen, wanted = hydra.runtime.choices.get(GROUP), wanted_preset(cfg)
     if not _preset_chosen_by_user and chosen != wanted:
         kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != GROUP]
-        cfg = compose(config_name="config", overrides=[*kept, *([preset_override(wanted)] if wanted else [])])
+        searchpath = [o for o in hydra.overrides.hydra if o.startswith("hydra.searchpath")]  # a user's own configs
+        cfg = compose(config_name="config",
+                      overrides=[*searchpath, *kept, *([preset_override(wanted)] if wanted else [])])
         chosen = wanted
     return cfg, preset_line(cfg, chosen)
 
@@ -184,7 +186,7 @@ def run_job(cfg) -> float | None:
         else:
             hydra = HydraConfig.get()
             overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
-            cfg, preset = _job_preset(cfg, overrides, hydra.runtime.choices.get("preset"))
+            cfg, preset = _job_preset(cfg, hydra, overrides)
             if not _preset_chosen_by_user:  # the rerun command of a search's best trial names what the user typed
                 overrides = [o for o in overrides if o.split("=", 1)[0] != "preset"]
         new_run = not cfg.get("resume")

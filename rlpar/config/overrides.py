@@ -98,7 +98,8 @@ def _unknown_key_problems(parsed: list) -> list[str]:
     if not keys or any(o.is_sweep_override() for o, group in zip(parsed, is_group) if group):
         return []
     try:
-        cfg = compose_config([o.input_line for o, group in zip(parsed, is_group) if group])
+        # preset=null: no composition to choose one; a preset only sets keys the config has
+        cfg = compose_config([*(o.input_line for o, group in zip(parsed, is_group) if group), "preset=null"])
     except Exception:  # anything else wrong with the command: Hydra reports it in its own words
         return []
     problems = []
