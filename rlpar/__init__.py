@@ -11,6 +11,28 @@ __version__ = "0.1.0"
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def __getattr__(name: str):
+    """`from rlpar import compose_config, build_trainer`, imported on first use (PEP 562) so that
+    `import rlpar` stays cheap: neither torch nor Hydra is loaded by it."""
+    if name == "compose_config":
+        from rlpar.config.compose import compose_config
+
+        return compose_config
+    if name == "build_trainer":
+        from rlpar.runtime.build import build_trainer
+
+        return build_trainer
+    raise AttributeError(f"module 'rlpar' has no attribute '{name}'")
+
+
+def train(overrides: list[str] | None = None, *, run_dir) -> dict:
+    """`python main.py <overrides> run_dir=<run_dir>` from Python: compose (presets included),
+    validate, lock the run directory, train, evaluate; returns the final metrics."""
+    from rlpar.config.compose import compose_config
+
+    return run(compose_config(overrides, run_dir=run_dir))
+
+
 def run(cfg):
     """Train from a composed config (see `rlpar.runtime.run`); imported lazily to keep `import rlpar` cheap."""
     from rlpar.runtime.run import run as _run

@@ -1,6 +1,7 @@
 """The `rlpar` command (installed with the package; `python -m rlpar` is the same):
 
     rlpar train [group=option ...] [key=value ...]   # exactly `python main.py ...` (Hydra)
+    rlpar config [group=option ...] [key=value ...]  # the config that would run: `python main.py ... --cfg job`
     rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S]
     rlpar report DIR [--out DIR] [--threshold ENV=VALUE]
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from rlpar import interrupts
 
 LOADER_THREAD = "rlpar-import"
-COMMANDS = ("train", "evaluate", "report")
+COMMANDS = ("train", "config", "evaluate", "report")
 
 HELP = """usage: rlpar COMMAND [ARGS...]
 
@@ -29,6 +30,8 @@ Parallel and distributed reinforcement learning on Ray, PyTorch and Gymnasium.
 commands:
   train [OVERRIDES...]   train with Hydra overrides, e.g. `rlpar train env=pendulum seed=1`;
                          the same as `python main.py ...` (`rlpar train --help`: the config)
+  config [OVERRIDES...]  print the config those overrides run, presets included (the same as
+                         `python main.py ... --cfg job`; --resolve resolves interpolations)
   evaluate RUN_DIR       the deterministic policy of a run's newest checkpoint: returns, eval
                          metrics and a video in RUN_DIR/videos/ (`rlpar evaluate --help`)
   report DIR             report.md, results.csv and plots from a sweep or a search
@@ -59,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         interrupts.exit_at_once_on_signals()  # before any slow import
         train(args)
         return 0
+    if command == "config":
+        interrupts.exit_at_once_on_signals()
+        train([*args, "--cfg", "job"])
+        return 0
     if command == "evaluate":
         return evaluate(args)
     if command == "report":
@@ -74,16 +81,13 @@ def train(argv: list[str]) -> None:
     path). The caller has called interrupts.exit_at_once_on_signals() before its imports. Ends by
     returning (exit 0), raising SystemExit, or leaving at once with os._exit (see
     `_leave_past_background_torch`)."""
-    from rlpar.config.overrides import override_problems
     from rlpar.envs.factory import LAUNCH_DIR_VARIABLE, add_import_dir
 
-    if problems := override_problems(argv):  # Hydra would answer with a traceback
-        _refuse(problems)
     # `env.entry_point=my_env:MyEnv` is found in this directory, also by workers and Tune trials,
     # and so is a `_target_` of the user's own (`algo=theirs` naming `my_algo.MyAlgo`)
     os.environ.setdefault(LAUNCH_DIR_VARIABLE, os.getcwd())
     add_import_dir(os.environ[LAUNCH_DIR_VARIABLE])
-    sys.argv = [sys.argv[0], *argv]  # Hydra reads its overrides and flags (-m, --cfg) there
+    sys.argv = [sys.argv[0], *_hydra_argv(argv)]  # Hydra reads its overrides and flags (-m, --cfg) there
     exit_code = 0
     try:
         try:
@@ -102,6 +106,60 @@ def train(argv: list[str]) -> None:
         _leave_past_background_torch(exit_code)
 
 
+_preset_chosen_by_user = False  # `preset=...` on the command line: no job's preset is chosen for it
+
+
+def _hydra_argv(argv: list[str]) -> list[str]:
+    """Hydra's flags as given; the overrides checked (Hydra would answer some with a traceback)
+    and completed with the preset of the (algo.name, env.id) they compose to."""
+    global _preset_chosen_by_user
+    from hydra._internal.utils import get_args_parser
+
+    from rlpar.config.overrides import override_problems
+    from rlpar.config.presets import chooses_preset
+
+    args = get_args_parser().parse_args(argv)
+    if args.shell_completion or args.hydra_help or args.config_name or args.config_path:  # Hydra's own, or another config
+        return argv
+    if problems := override_problems(args.overrides):
+        _refuse(problems)
+    _preset_chosen_by_user = chooses_preset(args.overrides)
+    flags = list(argv)
+    for override in args.overrides:
+        flags.remove(override)
+    return [*_composed_overrides(args.overrides), *flags]  # flags last: `--info` takes an optional value
+
+
+def _composed_overrides(overrides: list[str]) -> list[str]:
+    from hydra import compose, initialize_config_dir
+
+    from rlpar.config.conf_dir import CONF_DIR
+    from rlpar.config.presets import with_preset
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return with_preset(overrides, lambda composing: compose(config_name="config", overrides=composing))
+    except Exception:  # anything else wrong with the command: Hydra reports it in its own words
+        return overrides
+
+
+def _job_preset(cfg, hydra, overrides: list[str]):
+    """(the job's config, its preset line). A job of a sweep over `algo` or `env.id` composed
+    with the preset of the command's first (algo.name, env.id) is composed again with its own."""
+    from hydra import compose
+
+    from rlpar.config.presets import GROUP, preset_line, preset_override, wanted_preset
+
+    chosen, wanted = hydra.runtime.choices.get(GROUP), wanted_preset(cfg)
+    if not _preset_chosen_by_user and chosen != wanted:
+        kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != GROUP]
+        searchpath = [o for o in hydra.overrides.hydra if o.startswith("hydra.searchpath")]  # a user's own configs
+        cfg = compose(config_name="config",
+                      overrides=[*searchpath, *kept, *([preset_override(wanted)] if wanted else [])])
+        chosen = wanted
+    return cfg, preset_line(cfg, chosen)
+
+
 def _hydra_main():
     import hydra
 
@@ -115,7 +173,6 @@ def run_job(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from rlpar.config.presets import apply_preset, user_set_keys
     from rlpar.config.validate import ConfigError, validate_config
     from rlpar.errors import first_line
     from rlpar.runtime import run_lock
@@ -131,7 +188,9 @@ def run_job(cfg) -> float | None:
         else:
             hydra = HydraConfig.get()
             overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
-            preset = apply_preset(cfg, user_set_keys(overrides, dict(hydra.runtime.choices)))
+            cfg, preset = _job_preset(cfg, hydra, overrides)
+            if not _preset_chosen_by_user:  # the rerun command of a search's best trial names what the user typed
+                overrides = [o for o in overrides if o.split("=", 1)[0] != "preset"]
         new_run = not cfg.get("resume")
         if problem := _run_dir_refusal(cfg, new_run=new_run):  # at once, before the slower validation
             raise run_lock.RunDirInUseError(problem)
@@ -301,6 +360,8 @@ def evaluate(argv: list[str]) -> int:
         return 1
     finally:
         interrupts.ignore_signals()
+    for note in result.get("notes", []):
+        print(note)
     print(result["summary"])
     for video in result["videos"]:
         print(f"video: {video}")

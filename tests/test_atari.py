@@ -215,14 +215,11 @@ def test_impala_atari_preset_takes_32_trajectories_of_20_steps(make_cfg):
 
 
 def test_the_run_names_the_namespace_preset(make_cfg):
-    from omegaconf import open_dict
-
-    from rlpar.config.presets import apply_preset
+    from rlpar.config.presets import preset_line, wanted_preset
 
     cfg = make_cfg("env.id=ALE/Pong-v5")
-    with open_dict(cfg):
-        line = apply_preset(cfg, set())
-    assert line == "rlpar: ppo preset for ALE/Pong-v5 (conf/preset/ppo/ALE.yaml)"
+    assert wanted_preset(cfg) == "ppo/ALE"
+    assert preset_line(cfg, wanted_preset(cfg)) == "rlpar: ppo preset for ALE/Pong-v5 (conf/preset/ppo/ALE.yaml)"
 
 
 def test_the_time_limit_counts_agent_steps_and_restarts_the_game(ale):

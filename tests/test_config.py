@@ -152,14 +152,19 @@ def test_keys_the_user_sets_win_over_the_preset(make_cfg):
 
 @pytest.mark.slow
 def test_every_preset_key_is_a_config_key(make_cfg):
-    """A preset key that no config has would be added silently and refused only by validation."""
-    from rlpar.config.presets import PRESET_DIR, flat_keys
+    """A preset key that no config has would be added silently by the composition and refused
+    only by validation."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from rlpar.config.presets import PRESET_DIR
+
+    def flat_keys(tree, prefix=""):
+        for key, value in tree.items():
+            yield from flat_keys(value, f"{prefix}{key}.") if isinstance(value, dict) and value else [f"{prefix}{key}"]
 
     for path in PRESET_DIR.glob("*/*.yaml"):
-        import yaml
-        from omegaconf import OmegaConf
-
-        cfg = make_cfg(f"algo={path.parent.name}", "env.id=null")
+        cfg = make_cfg(f"algo={path.parent.name}", "preset=null")
         for key in flat_keys(yaml.safe_load(path.read_text())):
             assert OmegaConf.select(cfg, key, default="absent", throw_on_resolution_failure=False) != "absent", (path, key)
 

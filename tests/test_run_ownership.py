@@ -101,8 +101,8 @@ def test_a_folder_of_a_users_files_is_never_written_into(tmp_path):
 def test_a_run_directory_moved_during_the_run_stops_it_before_it_writes_elsewhere(make_cfg, tmp_path):
     run_dir = tmp_path / "moved"
     trainer = build_trainer(make_cfg("total_steps=100000", "checkpoint.every=0", run_dir=run_dir))
-    run_lock.acquire(run_dir, new_run=False)
     try:
+        assert run_lock.holds(run_dir)  # build_trainer took it
         trainer.check_run_dir = lambda: run_lock.check_owner(run_dir)
         trainer.train()
         run_dir.rename(tmp_path / "elsewhere")
@@ -111,7 +111,7 @@ def test_a_run_directory_moved_during_the_run_stops_it_before_it_writes_elsewher
             trainer.train()
     finally:
         trainer.close()
-        run_lock.release(run_dir)
+    assert not run_lock.holds(run_dir)
     assert list(run_dir.iterdir()) == []  # nothing was written into the new directory
     assert iterations(tmp_path / "elsewhere") == [1]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
 from rlpar.cluster.errors import RayInstanceLostError
+from rlpar.cluster.ray_messages import quiet_expected_warnings
 from rlpar.interrupts import HeldInterrupts, add_failure_check, remove_failure_check, shielded
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
@@ -109,6 +110,7 @@ def _ray_init(ray, *, private: bool, **kwargs) -> None:
       over 10 s on a loaded machine. What it had started is frozen and killed.
     - Where Python code handles SIGTERM (main.py's handler), it keeps doing so: see
       `_python_keeps_sigterm`. A default SIGTERM is left to Ray's handler, which cleans up."""
+    quiet_expected_warnings(ray)
     earlier = _descendants() if private else set()
     interrupts = HeldInterrupts(
         "\nrlpar: stopping once Ray has started (a few seconds; interrupt again to stop at once)"

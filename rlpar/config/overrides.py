@@ -69,7 +69,9 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
     group = override.key_or_group
     if conf_dirs is None or not any((d / group).is_dir() for d in conf_dirs):
         return None
-    options = sorted({p.stem for d in conf_dirs for p in (d / group).glob("*.yaml")})
+    from rlpar.config.presets import GROUP as PRESET_GROUP
+
+    options = sorted({option for d in conf_dirs if (d / group).is_dir() for option in group_options(d / group)})
     if override.is_sweep_override():
         values = list(override.sweep_iterator()) if override.is_discrete_sweep() else []
     else:
@@ -77,7 +79,7 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
     if not group:
         return f"'{text}': no key before '='"
     for value in values:
-        if value is None and override.is_delete():
+        if value is None and (override.is_delete() or group == PRESET_GROUP):  # preset=null: the baseline
             continue
         if isinstance(value, str) and value in options:
             continue
@@ -87,6 +89,15 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
         if not isinstance(value, dict):
             return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
     return None
+
+
+SHARED = "shared"  # a group's folder of configs its options share through `defaults:` (conf/algo/shared/)
+
+
+def group_options(group_dir) -> list[str]:
+    """A config group's options, those in sub-folders included (`preset=ppo/CartPole-v1`)."""
+    return sorted(path.relative_to(group_dir).with_suffix("").as_posix() for path in group_dir.rglob("*.yaml")
+                  if path.relative_to(group_dir).parts[0] != SHARED)
 
 
 HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra makes these itself, with a traceback if it cannot
@@ -118,9 +129,10 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
     if not keys or any(o.is_sweep_override() for o, group in zip(parsed, is_group) if group):
         return []
     try:
+        # preset=null: no composition to choose one; a preset only sets keys the config has
         search_path = ",".join(f"'file://{d.resolve()}'" for d in conf_dirs[1:])
         cfg = compose_config([*([f"hydra.searchpath=[{search_path}]"] if search_path else []),
-                              *(o.input_line for o, group in zip(parsed, is_group) if group)])
+                              *(o.input_line for o, group in zip(parsed, is_group) if group), "preset=null"])
     except Exception:  # anything else wrong with the command: Hydra reports it in its own words
         return []
     problems = []

@@ -2,28 +2,30 @@
 or, for the ids of a namespace that have none of their own, conf/preset/<algo.name>/<namespace>.yaml
 (ALE/Pong-v5 and ALE/Breakout-v5 share conf/preset/ppo/ALE.yaml).
 
-Chosen by the environment actually trained, so `env.id=Acrobot-v1` never runs CartPole's preset,
-and applied under everything the user chose: a key set on the command line, or by an
-experiment or other `@package _global_` option (a table row, hardware), keeps that value. An
-environment with no preset runs the algorithm's baseline, and the run says so in one line.
+A preset is the config group `preset`, placed after `algo` in config.yaml's defaults list, so it
+is part of the composition: `--cfg job` and `rlpar config` print what will run. What comes later
+wins over it: the parallel mode, hardware, an experiment, a table row, the command line. The
+choice follows the environment actually trained (`env.id=Acrobot-v1` never runs CartPole's
+preset), so the config is composed once without a preset to read `algo.name` and `env.id`, and
+`preset=<algo>/<id>` is added to the overrides. A user's own `preset=...` (or `preset=null`: the
+algorithm's baseline) is kept. An environment given only by `env.entry_point` has no id
+(`env.id=null` is added), so no other environment's preset reaches it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from omegaconf import DictConfig, OmegaConf, open_dict
-
 from rlpar.config.conf_dir import CONF_DIR
 
 PRESET_DIR = CONF_DIR / "preset"
+GROUP = "preset"
 
 
 def preset_path(algo_name, env_id) -> Path | None:
     """`<algo>/<env id>.yaml`; for a namespaced id without one (`ALE/Pong-v5`), the namespace's
     shared preset `<algo>/<namespace>.yaml` (`ALE.yaml`: every Atari game)."""
-    if not env_id:
+    if not env_id or not algo_name:
         return None
     env_id = str(env_id)
     candidates = [PRESET_DIR / str(algo_name) / f"{env_id}.yaml"]
@@ -39,48 +41,79 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def flat_keys(tree: dict, prefix: str = "") -> dict[str, object]:
-    """{"a.b": value} for every leaf of a nested mapping."""
-    flat = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flat_keys(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def user_set_keys(overrides: list[str], choices: dict) -> set[str]:
-    """Keys the command line sets, and those set by the chosen `@package _global_` options."""
-    keys = set()
-    for text in overrides:
-        key = text.split("=", 1)[0].lstrip("+~")
-        if "=" in text and not key.startswith("hydra") and not (CONF_DIR / key).is_dir():
-            keys.add(key)
-    for group, option in choices.items():
-        path = CONF_DIR / str(group) / f"{option}.yaml"
-        if option is not None and path.is_file() and path.read_text().startswith("# @package _global_"):
-            content = yaml.safe_load(path.read_text()) or {}
-            keys |= set(flat_keys({k: v for k, v in content.items() if k not in ("defaults", "hydra")}))
-    return keys
-
-
-def _overlaps(key: str, chosen: set[str]) -> bool:
-    return any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in chosen)
-
-
-def apply_preset(cfg: DictConfig, user_keys: set[str]) -> str:
-    """Set the preset's values that the user did not choose; return a line saying what ran."""
-    algo_name, env_id = OmegaConf.select(cfg, "algo.name"), OmegaConf.select(cfg, "env.id")
-    env_name = env_id or OmegaConf.select(cfg, "env.entry_point")
+def preset_choice(algo_name, env_id) -> str | None:
+    """The `preset` group's option for this pair (`ppo/CartPole-v1`, `ppo/ALE`), or None."""
     path = preset_path(algo_name, env_id)
-    if path is None:
+    return None if path is None else path.relative_to(PRESET_DIR).with_suffix("").as_posix()
+
+
+def chooses_preset(overrides: list[str]) -> bool:
+    """Whether the overrides choose the preset themselves (`preset=...`, `preset=null`, `~preset`)."""
+    return any(_key(text) == GROUP for text in overrides)
+
+
+def turns_presets_off(text: str) -> bool:
+    """`preset=null` or `~preset`: the algorithm's baseline, whatever the environment."""
+    return _key(text) == GROUP and (text.startswith("~") or text.split("=", 1)[-1].strip().lower() == "null")
+
+
+def _key(text: str) -> str:
+    return text.split("=", 1)[0].lstrip("+~")
+
+
+def entry_point_overrides(overrides: list[str]) -> list[str]:
+    """`env.id=null` when the command sets `env.entry_point` but not `env.id`: the id left from
+    the env group (CartPole-v1) would name the run, choose a preset and fill config.yaml."""
+    keys = {_key(text) for text in overrides}
+    sets_entry_point = any(_key(text) == "env.entry_point" and not text.endswith("=null") and "=" in text
+                           for text in overrides)
+    return ["env.id=null"] if sets_entry_point and "env.id" not in keys else []
+
+
+def preset_override(choice: str) -> str:
+    """The override that selects `choice` (quoted: an id may hold characters Hydra would parse)."""
+    return f"{GROUP}='{choice}'"
+
+
+def with_preset(overrides: list[str], compose) -> list[str]:
+    """`overrides`, plus `env.id=null` for an entry point and the preset of the (algo.name,
+    env.id) they compose to, unless they choose one. `compose(overrides)` composes without
+    the hydra node. A sweep (`-m algo=ppo,dqn`) gets its preset per job (rlpar/cli.py run_job)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = [*overrides, *entry_point_overrides(overrides)]
+    if chooses_preset(overrides):  # the group's default is null, and Hydra refuses `group=null`
+        return [text for text in overrides if not turns_presets_off(text)]
+    parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("hydra.")])
+    if any(o.is_sweep_override() for o in parsed):
+        return overrides
+    cfg = compose(overrides)
+    if cfg.get("resume"):  # the run's own config, preset and all, is read from its directory
+        return overrides
+    choice = wanted_preset(cfg)
+    return overrides if choice is None else [*overrides, preset_override(choice)]
+
+
+def _select(cfg, key: str):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+
+
+def wanted_preset(cfg) -> str | None:
+    """The preset a composed config's (algo.name, env.id) call for."""
+    return preset_choice(_select(cfg, "algo.name"), _select(cfg, "env.id"))
+
+
+def preset_line(cfg, choice: str | None) -> str:
+    """The one line a run prints about its preset."""
+    algo_name, env_id = _select(cfg, "algo.name"), _select(cfg, "env.id")
+    env_name = env_id or _select(cfg, "env.entry_point")
+    if choice is None:
         return (f"rlpar: no tuned {algo_name} preset for {env_name}: training with {algo_name}'s baseline "
                 f"hyper-parameters (conf/algo/{algo_name}.yaml)")
-    preset = flat_keys(yaml.safe_load(path.read_text()) or {})
-    applied = [key for key in preset if not _overlaps(key, user_keys)]
-    with open_dict(cfg):
-        for key in applied:
-            OmegaConf.update(cfg, key, preset[key], force_add=True)
-    return f"rlpar: {algo_name} preset for {env_id} ({path.relative_to(CONF_DIR.parent)})"
+    path = PRESET_DIR / f"{choice}.yaml"
+    where = path.relative_to(CONF_DIR.parent) if path.is_file() else f"preset={choice}"
+    if choice == preset_choice(algo_name, env_id):
+        return f"rlpar: {algo_name} preset for {env_id} ({where})"
+    return f"rlpar: preset {choice} chosen on the command line ({where})"

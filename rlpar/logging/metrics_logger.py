@@ -127,12 +127,19 @@ class MetricsLogger:
                      kept_aside=kept_aside.name if kept_aside else None)
 
     def log_hparams(self, hparams: dict, final_metrics: dict) -> None:
-        """Record the run's hyper-parameters next to its final numbers (TensorBoard HParams tab)."""
+        """Record the run's hyper-parameters for TensorBoard's HParams tab, its metric columns
+        being the scalars already logged (their last values). Written through the hparams plugin
+        only: SummaryWriter.add_hparams would also add a one-point `hparam/*` scalar per metric."""
         if self._tb is None:
             return
+        from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
         hp = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
-        final = {f"hparam/{k}": float(v) for k, v in final_metrics.items() if isinstance(v, (int, float)) and v is not None}
-        self._tb.add_hparams(hp, final, run_name=".")
+        columns = {tag_for(k): 0.0 for k, v in final_metrics.items()
+                   if k not in NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        writer = self._tb._get_file_writer()
+        for summary in hparams_summaries(hp, columns):
+            writer.add_summary(summary)
 
     def close(self) -> None:
         for close in (self._jsonl.close, self._rows.close, *([self._tb.close] if self._tb is not None else [])):
@@ -141,7 +148,7 @@ class MetricsLogger:
             except OSError:  # a full or lost run directory: the run stops on its own one-line error
                 pass
         if self._wandb is not None:
-            self._wandb.finish()
+            finish_wandb(self._wandb)
 
 
 def _start_wandb(run_dir: Path, config: dict | None, project: str = "rlpar", mode: str = "offline", group=None, **kwargs):
@@ -157,3 +164,12 @@ def _start_wandb(run_dir: Path, config: dict | None, project: str = "rlpar", mod
         reinit="finish_previous",
         **kwargs,
     )
+
+
+def finish_wandb(run) -> None:
+    """Finish a W&B run; an offline one says where it is and how to upload it (W&B is silenced)."""
+    offline = getattr(run, "offline", False)
+    sync_dir = getattr(run.settings, "sync_dir", None) if offline else None
+    run.finish()
+    if sync_dir:
+        print(f"rlpar: W&B run saved offline in {sync_dir}; upload it with: wandb sync {sync_dir}", flush=True)

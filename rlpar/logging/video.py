@@ -71,7 +71,7 @@ def log_to_wandb(run_dir: str | Path, config: dict, wandb_options: dict, *, step
     the scalars and the MP4. Offline unless the run's logger said otherwise."""
     import wandb
 
-    from rlpar.logging.metrics_logger import _start_wandb
+    from rlpar.logging.metrics_logger import _start_wandb, finish_wandb
 
     run = _start_wandb(Path(run_dir), config, job_type="evaluate", name=name, **wandb_options)
     try:
@@ -80,4 +80,4 @@ def log_to_wandb(run_dir: str | Path, config: dict, wandb_options: dict, *, step
             row[video_tag] = wandb.Video(str(video), format=Path(video).suffix.lstrip("."))
         run.log(row, step=step)
     finally:
-        run.finish()
+        finish_wandb(run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -14,6 +15,8 @@ from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.probe import EnvProbe, probe_env
 from rlpar.logging.progress import ProgressLine
 from rlpar.models.spec import PolicySpec
+from rlpar.runtime import run_dir as run_directory
+from rlpar.runtime import run_lock
 from rlpar.runtime.trainer import Trainer
 
 
@@ -92,7 +95,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     logger = instantiate(cfg.logger, _partial_=True, _convert_="all")(run_dir=str(run_dir), config=container)
     checkpointer = instantiate(cfg.checkpoint, _partial_=True, _convert_="all")(run_dir=str(run_dir))
     show = container.get("progress", True) if progress is None else progress
-    return Trainer(
+    trainer = Trainer(
         algorithm=algorithm,
         env_spec=env_spec,
         total_steps=container["total_steps"],
@@ -102,3 +105,10 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         progress=ProgressLine(container["total_steps"], enabled=show),
         run_config=container,
     )
+    try:
+        if run_directory.claim(run_dir, config=container):
+            trainer.release_run_dir = partial(run_lock.release, run_dir)
+    except BaseException:
+        trainer.close()  # its workers and Ray actors must not outlive a refused directory
+        raise
+    return trainer

@@ -14,7 +14,6 @@ Writes:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -76,6 +75,11 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
 
     prefix = f"{checkpoint.stem}-seed{seed}"
     video_dir = run_dir / VIDEO_DIR
+    notes = []
+    if video_episodes > 0 and not _moviepy_installed():  # an optional extra: the returns do not need it
+        notes.append("rlpar: evaluate: no video (MoviePy is not installed: pip install 'rlpar[video]'; "
+                     "--no-video skips videos without this note)")
+        video_episodes = 0
     record = _video_recorder(video_dir, prefix, video_episodes) if video_episodes > 0 else None
     per_episode: list = []
     try:
@@ -112,10 +116,11 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
         log_to_wandb(run_dir, config, dict(wandb_options or {}), step=env_steps, scalars=scalars,
                      video=first_video, name=f"evaluate-{prefix}")
 
-    shown = " ".join(f"{r:g}" for r in returns)
+    shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
     summary = (f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
                f"{episodes} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
-    return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary}
+    return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary,
+            "notes": notes}
 
 
 def _run_config(run_dir: Path) -> dict:
@@ -184,9 +189,6 @@ def _weights_misfit(policy_spec, weights: dict) -> str | None:
 
 def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):
     """Gymnasium's RecordVideo around the evaluation env, recording its first episodes."""
-    if importlib.util.find_spec("moviepy") is None:
-        raise EvaluateError("videos need MoviePy, which is not installed: pip install 'rlpar[video]' "
-                            "(or pass --no-video)", 1)
     # Frames are rendered into arrays: no window and no sound device (SDL would complain of both)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
@@ -207,6 +209,14 @@ def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):
                                             name_prefix=prefix, disable_logger=True)
 
     return record
+
+
+def _moviepy_installed() -> bool:
+    try:
+        import moviepy  # noqa: F401  (Gymnasium's RecordVideo writes MP4s with it)
+    except ImportError:
+        return False
+    return True
 
 
 def _episode_number(path: Path) -> int:

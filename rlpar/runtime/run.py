@@ -6,17 +6,18 @@ import json
 from functools import partial
 from pathlib import Path
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.validate import validate_config
 from rlpar.errors import RunDirError
 from rlpar.interrupts import HeldInterrupts
+from rlpar.logging.progress import budget_line
 from rlpar.logging.run_log import RunLog, record_event
 from rlpar.runtime import run_lock
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import latest_valid_checkpoint, set_aside
 from rlpar.runtime.errors import TRAINING_STOPS, CheckpointWriteError
+from rlpar.runtime.run_dir import write_config
 
 
 def resolved_config(cfg: DictConfig) -> dict:
@@ -49,14 +50,18 @@ def run(cfg: DictConfig, *, validated: bool = False, env_probe=None) -> dict:
 
 def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
     checkpoint = None
+    write_config(run_dir, resolved_config(cfg))
     try:
-        with open(run_dir / "config.yaml", "w") as handle:
-            yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
         if cfg.get("resume"):
             checkpoint = _newest_usable_checkpoint(run_dir)
             truncate_metrics(run_dir / "metrics.jsonl", int(checkpoint["iteration"]))
     except OSError as err:
         raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
+    if checkpoint is not None and int(checkpoint["env_steps"]) >= int(cfg.total_steps):
+        print(f"rlpar: {run_dir} is already finished: {int(checkpoint['env_steps']):,} of {int(cfg.total_steps):,} "
+              f"env steps (iteration {int(checkpoint['iteration'])}); to train on, resume with a larger total_steps",
+              flush=True)
+        return {}
     trainer = build_trainer(cfg, env_probe=env_probe)
     trainer.check_run_dir = partial(run_lock.check_owner, run_dir)
     try:
@@ -70,6 +75,8 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
             "\nstopping after this iteration (interrupt again to stop at once, without a checkpoint)",
             second_stops_at_once=True,
         )
+        print(budget_line(total_steps=trainer.total_steps, done_steps=trainer.env_steps,
+                          frames_per_step=trainer.frames_per_step), flush=True)
         try:
             with interrupts:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)

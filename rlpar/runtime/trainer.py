@@ -60,6 +60,7 @@ class Trainer:
         self.frames_per_step = frames_per_step(env_spec)  # Atari: emulator frames per agent step
         self.run_config = run_config
         self.check_run_dir = None  # called before each iteration's writes: is the run directory still ours?
+        self.release_run_dir = None  # called by close(): the lock build_trainer took (not run()'s own)
 
     @property
     def sampler(self):
@@ -178,6 +179,11 @@ class Trainer:
         )
 
     def close(self) -> None:
-        self.algorithm.close()
-        if self.logger is not None:
-            self.logger.close()
+        try:
+            self.algorithm.close()
+            if self.logger is not None:
+                self.logger.close()
+        finally:
+            if self.release_run_dir is not None:
+                self.release_run_dir()
+                self.release_run_dir = None

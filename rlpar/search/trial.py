@@ -18,7 +18,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import yaml
 from omegaconf import OmegaConf, open_dict
 
 from rlpar.analysis.runs import read_metrics
@@ -35,7 +34,7 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
     from rlpar.config.validate import validate_config
     from rlpar.runtime.build import build_trainer
     from rlpar.runtime.checkpoint import list_checkpoints, load_checkpoint
-    from rlpar.runtime.run import truncate_metrics, resolved_config
+    from rlpar.runtime.run import truncate_metrics
 
     trial_id = tune.get_context().get_trial_id()
     run_dir = Path(search_dir) / "trials" / trial_id
@@ -46,8 +45,6 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
     apply_overrides(cfg, hyperparameters)
     validate_config(cfg, check_env=False)  # a sampled value out of range fails this trial in one line
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / "config.yaml", "w") as handle:
-        yaml.safe_dump(resolved_config(cfg), handle, sort_keys=False)
 
     state, donor = None, None
     restored = tune.get_checkpoint()

@@ -262,11 +262,11 @@ def run_search(cfg, *, overrides: list[str]) -> dict:
     """The whole job behind `python main.py search=...` (and `resume=` of one): the search's own
     config.yaml in its run directory, then the search; returns the best trial's summary."""
     from rlpar.runtime.run import resolved_config
+    from rlpar.runtime.run_dir import write_config
 
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = resolved_config(cfg)
-    with open(run_dir / "config.yaml", "w") as handle:
-        yaml.safe_dump(config, handle, sort_keys=False)
+    write_config(run_dir, config)
     search = instantiate(cfg.search, _recursive_=False, _convert_="all")
     return search.run(config, run_dir=run_dir, overrides=overrides, resume=bool(cfg.get("resume")))
