@@ -47,6 +47,7 @@ def _client(address: str, **env_changes) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_client_without_the_token_is_refused(cluster, tmp_path):
     # No token anywhere: HOME has no ~/.ray/auth_token, no RAY_AUTH_TOKEN(_PATH); Ray's default mode.
     tokenless = dict(HOME=str(tmp_path), RAY_AUTH_TOKEN=None, RAY_AUTH_TOKEN_PATH=None, RAY_AUTH_MODE=None)
@@ -62,6 +63,7 @@ def test_a_client_without_the_token_is_refused(cluster, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_client_with_the_token_runs_tasks(cluster):
     connected = _client(cluster.address, RAY_AUTH_MODE="token")  # the token: this user's ~/.ray/auth_token
     assert connected.returncode == 0, connected.stderr[-2000:]
@@ -69,6 +71,7 @@ def test_a_client_with_the_token_runs_tasks(cluster):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_rlpar_sends_this_users_token_by_itself(cluster):
     """No RAY_AUTH_MODE set: rlpar, joining an explicit address, turns token mode on."""
     script = ("import sys; from rlpar.cluster.connection import RayConnection; "
@@ -116,6 +119,7 @@ def open_cluster():
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_cli_trains_on_a_cluster_without_authentication_while_a_token_file_exists(open_cluster, tmp_path):
     """(A token file used to turn token mode on: the cluster then cancelled every env runner, and
     the run stopped after 101 replacements.)"""
@@ -128,6 +132,7 @@ def test_cli_trains_on_a_cluster_without_authentication_while_a_token_file_exist
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_cli_trains_on_a_default_ray_start_head_with_token_authentication(tmp_path):
     """A user's own head: a token made by `ray get-auth-token --generate`, which `ray start --head`
     then requires (Ray 2.60 turns token mode on when a token exists)."""
@@ -155,6 +160,7 @@ def _call_gcs_status(address: str, token: str | None) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_mode_that_contradicts_the_cluster_is_refused_up_front_in_one_line(open_cluster, tmp_path):
     refused = _train_on(open_cluster.address, tmp_path / "run", _home_with_a_token(tmp_path), RAY_AUTH_MODE="token")
     assert refused.returncode == 2, refused.stderr[-3000:]
@@ -174,6 +180,7 @@ def test_a_mode_that_contradicts_the_cluster_is_refused_up_front_in_one_line(ope
     ids=["mode-disabled", "wrong-token", "no-token", "token-path-missing"],
 )
 @pytest.mark.slow
+@pytest.mark.ray
 def test_what_keeps_this_process_off_a_token_cluster_is_named_before_anything_starts(cluster, tmp_path, monkeypatch,
                                                                                      env_changes, expected):
     from rlpar.config.ray_address import ray_address_problem

@@ -13,7 +13,7 @@ import ray
 from tests.ray_helpers import ROOT, connected_cluster
 from tests.test_samplers import assert_first_iteration_matches_local
 
-pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
 
 @pytest.fixture(scope="module")

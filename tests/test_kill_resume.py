@@ -16,7 +16,7 @@ from rlpar.runtime.checkpoint import CheckpointError, latest_valid_checkpoint, l
 from tests.defaults import STEPS_PER_ITERATION
 from tests.processes import default_sigint, wait_until
 
-pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+pytestmark = pytest.mark.slow  # each test starts processes and waits for a signal's effect
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("wall_time_s", "fps", "learner_wait_fraction", "actor_idle_fraction", "inserts_per_s", "samples_per_s")  # wall-clock fields, which differ between runs (as do time_*)

@@ -147,7 +147,7 @@ def test_rlpar_command_from_another_directory(venv, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["local", "multiprocess", "distributed"])
+@pytest.mark.parametrize("parallel", ["local", "multiprocess", pytest.param("distributed", marks=pytest.mark.ray)])
 def test_env_class_in_the_current_directory(venv, tmp_path, parallel):
     (tmp_path / "my_env.py").write_text(GRID_ENV)
     extra = ["parallel.start_method=spawn"] if parallel == "multiprocess" else []

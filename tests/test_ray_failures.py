@@ -20,7 +20,7 @@ from rlpar.sampling.errors import WorkerPoolError
 from tests.processes import cmdline, descendants_of, left_running, running, wait_until
 from tests.ray_helpers import ROOT, connected_cluster
 
-pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
 DISTRIBUTED = ("parallel=distributed", "workers=4", "envs_per_worker=2", "algo.rollout_length=32")
 

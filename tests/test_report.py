@@ -230,6 +230,7 @@ def test_notebooks_run_top_to_bottom_on_the_sweep(sweep, name, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_ray_launcher_runs_the_trials_of_a_sweep(tmp_path):
     proc = subprocess.run(
         [sys.executable, "main.py", "-m", "experiment=learning_curves", "hydra/launcher=rlpar_ray",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.defaults import STEPS_PER_ITERATION
 
-pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKERS = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard/agent.py", "runtime_env/agent")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.processes import cmdline, default_sigint, descendants_of, left_running, running, still_running, wait_until
 
-pytestmark = pytest.mark.slow  # each test starts processes, a Ray instance or a search (quick tier: -m 'not slow')
+pytestmark = pytest.mark.slow  # each test starts processes; those that start Ray are marked ray
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,6 +79,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.ray
 def test_signal_stops_a_distributed_run_with_final_checkpoint_and_no_ray_process_left(tmp_path, adopted_orphans, sig):
     """(SIGTERM: ray.init had replaced main.py's handler with its own, which exited at once with
     code 15, no checkpoint and a stack dump.)"""
@@ -100,6 +101,7 @@ def test_signal_stops_a_distributed_run_with_final_checkpoint_and_no_ray_process
         _stop(proc)
 
 
+@pytest.mark.ray
 def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans):
     """Ctrl-C inside ray.init: Ray's agents used to outlive the run (nothing knew of them yet)."""
     proc = _distributed_run(tmp_path)
@@ -119,6 +121,7 @@ def test_sigint_while_ray_starts_leaves_no_ray_process(tmp_path, adopted_orphans
         _stop(proc)
 
 
+@pytest.mark.ray
 def test_sigint_while_many_env_runners_boot_stops_within_seconds(tmp_path, adopted_orphans):
     """Ray starts workers two at a time here: 48 runners take about half a minute to boot, and the
     first iteration used to wait for all of them before the stop (200: minutes)."""
@@ -163,6 +166,7 @@ def _moment_reached(moment: str, proc, tmp_path: Path, started: float, family: d
     ],
     ids=lambda value: value.name if isinstance(value, signal.Signals) else str(value),
 )
+@pytest.mark.ray
 def test_two_signals_at_any_moment_exit_130_and_leave_no_ray_process(tmp_path, adopted_orphans, moment, spacing_s, sig):
     """A second Ctrl-C 0.2-0.3 s after the first used to cut Ray's shutdown short: exit 1, no
     message, Ray's agents left running. (benchmarks/interrupts.py runs ten of these.)"""
@@ -189,6 +193,7 @@ def test_two_signals_at_any_moment_exit_130_and_leave_no_ray_process(tmp_path, a
         _stop(proc)
 
 
+@pytest.mark.ray
 def test_stopping_a_private_instance_sweeps_only_its_own_processes():
     """The sweep after ray.shutdown() takes the instance's processes, never the caller's other
     children (here: this test process's own, as a notebook's or a test's would be)."""
