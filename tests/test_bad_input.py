@@ -1,8 +1,9 @@
-"""Bad input of every kind is refused before anything starts: exit status non-zero, within
-seconds, no traceback, and a line on stderr naming the bad key.
+"""Bad input of every kind is refused before anything starts: exit status non-zero, no
+traceback, a line on stderr naming the bad key, and nothing made (no run directory, no Ray
+instance).
 
-The command lines run as subprocesses, a few at a time, in one module fixture: each takes
-0.5-3 s, mostly Python start-up and imports, which overlap well even on 2 cores.
+The command lines run as subprocesses, a few at a time, in one module fixture: mostly Python
+start-up and imports, which overlap well even on 2 cores.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,6 @@ from rlpar.config.validate import ConfigError, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 REFUSAL = "rlpar: invalid config:"
-MAX_SECONDS = 20
 AT_ONCE = 4
 DEAD_ADDRESS = "127.0.0.1:1"  # nothing listens on port 1 without root
 DISTRIBUTED_ON_CLUSTER = ["parallel=distributed", "hardware=cluster"]
@@ -124,14 +123,13 @@ SEVERAL_KEYS = ["env.id", "workers", "algo.lr", "algo.gamma", "algo.clip", "algo
 
 
 def run_main(args: list[str], ray_tmpdir: Path, extra_env: dict | None = None):
-    """main.py in a subprocess, away from any Ray cluster this machine may run (RAY_TMPDIR)."""
+    """main.py in a subprocess, away from any Ray cluster this machine may run (RAY_TMPDIR: where
+    a Ray instance it started would keep its session)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "HYDRA_FULL_ERROR")}
     env.update(RAY_TMPDIR=str(ray_tmpdir), **(extra_env or {}))
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "main.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    return subprocess.run(
+        [sys.executable, "main.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
-    return proc, time.monotonic() - start
 
 
 def prepare_resume_dirs(run_dir: Path, tmp: Path) -> dict[str, Path]:
@@ -150,7 +148,7 @@ def prepare_resume_dirs(run_dir: Path, tmp: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """(CompletedProcess, seconds) for every case and for SEVERAL, run AT_ONCE at a time."""
+    """The CompletedProcess of every case and of SEVERAL, run AT_ONCE at a time."""
     tmp = tmp_path_factory.mktemp("bad_input")
     ray_tmpdir = tmp / "ray_tmp"  # holds no ray/ray_current_cluster: `auto` finds no cluster
     ray_tmpdir.mkdir()
@@ -162,13 +160,13 @@ def results(tmp_path_factory):
         real_run = submit(pool, "real_run", ["total_steps=256", "progress=false"])
         futures = {n: submit(pool, n, c.args, c.env) for n, c in CASES.items() if c.resume is None}
         futures["several"] = submit(pool, "several", SEVERAL)
-        proc, _ = real_run.result()
+        proc = real_run.result()
         assert proc.returncode == 0, proc.stderr
         resume_dirs = prepare_resume_dirs(tmp / "out" / "real_run", tmp)
         for name, case in CASES.items():
             if case.resume is not None:
                 futures[name] = submit(pool, name, [*case.args, f"resume={resume_dirs[case.resume]}"], case.env)
-        return {"out": tmp / "out", **{name: future.result() for name, future in futures.items()}}
+        return {"out": tmp / "out", "ray_tmpdir": ray_tmpdir, **{name: future.result() for name, future in futures.items()}}
 
 
 @pytest.mark.slow
@@ -177,10 +175,9 @@ def test_bad_input_is_refused_clearly(results, name):
     case = CASES[name]
     if name == "gpu_without_gpu" and _cuda_available():
         pytest.skip("a CUDA GPU is visible: hardware=gpu is fine here")
-    proc, elapsed = results[name]
+    proc = results[name]
     output = proc.stdout + proc.stderr
     assert proc.returncode == (1 if case.by_hydra else 2), output
-    assert elapsed < MAX_SECONDS
     assert "Traceback" not in output
     if case.by_hydra:
         assert [line for line in proc.stderr.splitlines() if case.key in line and case.detail in line], output
@@ -192,6 +189,13 @@ def test_bad_input_is_refused_clearly(results, name):
         assert not (results["out"] / name).exists()
 
 
+@pytest.mark.slow
+def test_no_refusal_started_ray(results):
+    """Refused before the slow part: not one case (ray.address, workers=10000 on Ray, ...) got as
+    far as starting a Ray instance, which would have left its session under RAY_TMPDIR."""
+    assert not list(results["ray_tmpdir"].glob("ray/session_*"))
+
+
 def problem_lines(stderr: str) -> list[str]:
     """One problem: `rlpar: invalid config: PROBLEM`; several: one indented line each below it."""
     return [line.replace(REFUSAL, "", 1).strip() for line in stderr.splitlines() if line.strip() != REFUSAL]
@@ -199,8 +203,8 @@ def problem_lines(stderr: str) -> list[str]:
 
 @pytest.mark.slow
 def test_several_problems_come_in_one_message(results):
-    proc, elapsed = results["several"]
-    assert proc.returncode == 2 and elapsed < MAX_SECONDS
+    proc = results["several"]
+    assert proc.returncode == 2
     assert "Traceback" not in proc.stdout + proc.stderr
     assert proc.stderr.count(REFUSAL) == 1
     problem_keys = [line.split(":")[0] for line in problem_lines(proc.stderr) if line]

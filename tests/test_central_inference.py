@@ -2,7 +2,6 @@
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -88,11 +87,9 @@ def test_close_leaves_no_thread_process_or_shared_memory(make_cfg, tmp_path):
     server = trainer.sampler.inference
     names = list(server.names.values())
     processes = list(trainer.sampler.processes)
-    began = time.monotonic()
     trainer.close()
-    assert time.monotonic() - began < 3  # not the 5 s a worker gets before it is killed
     assert not server.thread.is_alive()
-    assert not any(p.is_alive() for p in processes)
+    assert [p.exitcode for p in processes] == [0, 0]  # each left by itself: none killed after its 5 s of grace
     for name in names:
         with pytest.raises(FileNotFoundError):
             shared_memory.SharedMemory(name=name)

