@@ -31,23 +31,50 @@ def test_every_group_option_composes(make_cfg, group, option):
         validate_config(cfg)
 
 
+def yaml_values(path, prefix: str = "") -> dict:
+    """A config file's keys, dotted, with their values; interpolations (`${...}`) left out."""
+    import yaml
+
+    def flat(tree: dict, prefix: str) -> dict:
+        out = {}
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            elif not str(value).startswith("${"):
+                out[f"{prefix}{key}"] = value
+        return out
+
+    return flat(yaml.safe_load(path.read_text()), prefix)
+
+
+CARTPOLE_PRESET = CONF_DIR / "preset" / "ppo" / "CartPole-v1.yaml"
+
+
 def test_defaults_are_ppo_cartpole_local_with_tuned_preset(make_cfg):
+    """The default run is PPO on CartPole with every value its preset file sets."""
+    from omegaconf import OmegaConf
+
     cfg = make_cfg()
-    assert cfg.env.id == "CartPole-v1"
-    assert cfg.algo.name == "ppo"
+    assert (cfg.env.id, cfg.algo.name) == ("CartPole-v1", "ppo")
     assert cfg.parallel._target_.endswith("LocalSampler")
-    assert cfg.algo.rollout_length == 64  # from conf/preset/ppo/CartPole-v1.yaml, not the baseline 128
+    preset = yaml_values(CARTPOLE_PRESET)
+    assert preset and {key: OmegaConf.select(cfg, key) for key in preset} == preset
+    baseline = yaml_values(CONF_DIR / "algo" / "ppo.yaml", "algo.")
+    assert any(baseline.get(key, value) != value for key, value in preset.items())  # the preset changes the baseline
     for knob in ("seed", "total_steps", "workers", "run_dir", "resume"):
         assert knob in cfg
 
 
 @pytest.mark.parametrize("choice", [["env=acrobot"], ["env.id=Acrobot-v1"]])
 def test_baseline_hyperparameters_without_preset(make_cfg, choice):
-    """Presets follow the environment trained: CartPole's never reaches Acrobot."""
+    """Presets follow the environment trained: CartPole's never reaches Acrobot, which trains
+    with the baseline's value of every algorithm key the CartPole preset changes."""
+    from omegaconf import OmegaConf
+
     cfg = make_cfg(*choice)
-    assert (cfg.algo.lr, cfg.algo.gamma, cfg.algo.gae_lambda, cfg.algo.clip) == (3e-4, 0.99, 0.95, 0.2)
-    assert (cfg.algo.value_coef, cfg.algo.entropy_coef, cfg.algo.max_grad_norm) == (0.5, 0.01, 0.5)
-    assert (cfg.algo.epochs, cfg.algo.minibatch_size) == (10, 64)
+    baseline = yaml_values(CONF_DIR / "algo" / "ppo.yaml", "algo.")
+    changed = [key for key, value in yaml_values(CARTPOLE_PRESET).items() if key in baseline and baseline[key] != value]
+    assert changed and {key: OmegaConf.select(cfg, key) for key in changed} == {key: baseline[key] for key in changed}
 
 
 def test_minibatch_larger_than_batch_is_refused(make_cfg):
