@@ -23,7 +23,7 @@ def test_signal_stops_with_final_checkpoint_and_no_workers_left(tmp_path, sig):
     proc = subprocess.Popen(
         [sys.executable, "main.py", "parallel=multiprocess", "workers=2", "total_steps=100000000",
          "checkpoint.every=0", "progress=false", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )
     metrics = tmp_path / "metrics.jsonl"
     wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 3, proc, 300, "3 iterations")
