@@ -19,7 +19,7 @@ from rlpar.runtime.signed_pickle import (KEY_ENV, SIGNED_PICKLE, UntrustedPickle
                                          key_problem, loads_signed, user_key)
 from tests.defaults import STEPS_PER_ITERATION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from tests.processes import (cmdline, default_sigint, descendants_of, left_runni
 
 pytestmark = pytest.mark.slow  # each test starts processes; those that start Ray are marked ray
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

@@ -20,7 +20,7 @@ import pytest
 
 from rlpar.config.validate import ConfigError, validate_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFUSAL = "rlpar: invalid config:"
 AT_ONCE = 4
 DEAD_ADDRESS = "127.0.0.1:1"  # nothing listens on port 1 without root

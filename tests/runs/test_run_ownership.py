@@ -22,7 +22,7 @@ from rlpar.runtime.errors import RunDirError
 from tests.defaults import STEPS_PER_ITERATION
 from tests.processes import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main_py(*overrides, cwd=ROOT) -> subprocess.Popen:

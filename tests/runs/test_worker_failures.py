@@ -13,7 +13,7 @@ from rlpar.runtime.build import build_trainer
 from rlpar.sampling.errors import WorkerPoolError
 from tests.processes import running
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FLAKY = ("env.entry_point=tests.faulty_envs:FlakyCartPole", "+env.kwargs.fail_every=30", "env.max_episode_steps=500")
 MULTIPROCESS = ("parallel=multiprocess", "workers=4", "envs_per_worker=2", "algo.rollout_length=32")
 

@@ -18,7 +18,7 @@ from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import list_checkpoints
 from tests.faulty_envs import FlakyCartPole
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLERS = {
     "local": ["parallel=local"],
     "multiprocess": ["parallel=multiprocess", "workers=2", "envs_per_worker=4"],

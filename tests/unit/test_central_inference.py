@@ -14,7 +14,7 @@ from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import build_trainer
 from rlpar.sampling.inference import InferencePolicy
 from tests.processes import running
-from tests.test_samplers import assert_first_iteration_matches_local, first_batch
+from tests.unit.test_samplers import assert_first_iteration_matches_local, first_batch
 
 CENTRAL = ("parallel.inference=central", "parallel.sync_mode=blocking")
 ALGOS = {

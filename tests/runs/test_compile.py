@@ -70,7 +70,7 @@ def test_a_run_shorter_than_its_compile_exits_cleanly(tmp_path):
     proc = subprocess.run(
         [sys.executable, "main.py", "algo.compile=true", "total_steps=512", "progress=false", "checkpoint.every=0",
          f"hydra.run.dir={tmp_path}"],
-        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300,
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 512 steps" in proc.stdout, proc.stdout  # printed and flushed before the quick exit

@@ -24,7 +24,7 @@ from rlpar.sampling.errors import NonFiniteObservationError
 from tests.processes import wait_until
 from tests.defaults import STEPS_PER_ITERATION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main_py(*overrides, hydra_dir: Path, stderr=subprocess.PIPE, env=None) -> subprocess.Popen:

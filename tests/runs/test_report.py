@@ -19,7 +19,7 @@ from rlpar.analysis.plots import compact_number, grid_shape, plot_learning_curve
 from rlpar.analysis.summary import learning_curve
 from rlpar.report import write_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # 12 registered ids; gymnasium.spec reads the registry only, so none of their packages is needed.
 TWELVE_ENVS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",

@@ -12,7 +12,7 @@ from tests.defaults import STEPS_PER_ITERATION
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARKERS = ("raylet", "gcs_server", "ray::", "default_worker.py", "dashboard/agent.py", "runtime_env/agent")
 
 

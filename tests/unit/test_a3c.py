@@ -1,6 +1,6 @@
 """A3C: a worker's gradient equals A2C's on the same rollout, the parameter server's staleness
 books, parallel=local equal to A2C iteration for iteration, and real asynchrony over worker
-processes. (The Ray parameter server, killed mid-run: tests/test_distributed.py.)"""
+processes. (The Ray parameter server, killed mid-run: tests/ray/test_distributed.py.)"""
 
 import os
 import signal
@@ -16,7 +16,7 @@ from rlpar.learning.gradient_worker import GradientWorker
 from rlpar.learning.parameter_server import ParameterServer
 from rlpar.runtime.build import build_trainer
 from tests.rollouts import cartpole_rollout
-from tests.test_a2c import GAMMA, make_a2c, one_torch_thread, resumed_against_uninterrupted  # noqa: F401 (a fixture)
+from tests.unit.test_a2c import GAMMA, make_a2c, one_torch_thread, resumed_against_uninterrupted  # noqa: F401 (a fixture)
 
 
 def test_a_workers_gradient_is_a2cs_on_the_same_rollout():

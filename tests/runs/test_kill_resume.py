@@ -17,7 +17,7 @@ from tests.processes import default_sigint, rows_while_stopped, wait_until
 
 pytestmark = pytest.mark.slow  # each test starts processes and waits for a signal's effect
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMING = ("wall_time_s", "fps", "learner_wait_fraction", "actor_idle_fraction", "inserts_per_s", "samples_per_s")  # wall-clock fields, which differ between runs (as do time_*)
 
 

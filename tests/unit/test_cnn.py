@@ -21,7 +21,7 @@ from rlpar.models.q_spec import QNetworkSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.models.torch_acting import TorchPolicy, TorchQPolicy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # frame-stacked, channels first
 PROCGEN = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)  # channels last
 GRID = gym.spaces.Box(0, 255, (5, 5, 3), np.uint8)  # the pixel grid world's

@@ -20,7 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from rlpar.runtime.run import run
 from tests.defaults import STEPS_PER_ITERATION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EPISODES = 3
 
 
@@ -154,7 +154,7 @@ def test_evaluate_env_that_cannot_render(trained, tmp_path):
     run_dir, _ = trained
     copy = shutil.copytree(run_dir, tmp_path / "copy", ignore=shutil.ignore_patterns("wandb", "videos", "tensorboard"))
     config = yaml.safe_load((copy / "config.yaml").read_text())
-    config["env"].update(id=None, entry_point="tests.test_evaluate:CartPoleWithoutRendering")
+    config["env"].update(id=None, entry_point="tests.runs.test_evaluate:CartPoleWithoutRendering")
     config["logger"]["wandb"] = None
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
     assert "cannot render" in one_line_refusal(evaluate(copy, "--episodes", 1, cwd=tmp_path), 1)

@@ -14,9 +14,9 @@ import pytest
 from nbclient import NotebookClient
 
 from rlpar.analysis import load_runs, scaling_rows, summary_rows
-from tests.test_report import write_run, write_search_results
+from tests.runs.test_report import write_run, write_search_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 RESULTS = ROOT / "experiments" / "results"
 

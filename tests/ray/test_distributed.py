@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from tests.ray_helpers import ROOT, connected_cluster
-from tests.test_samplers import assert_first_iteration_matches_local
+from tests.unit.test_samplers import assert_first_iteration_matches_local
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
@@ -123,7 +123,7 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
 def test_distributed_central_inference_first_batch_is_local_and_served_on_the_learners_node(cluster, make_cfg,
                                                                                           tmp_path, algo):
     from rlpar.runtime.build import build_trainer
-    from tests.test_samplers import first_batch
+    from tests.unit.test_samplers import first_batch
 
     common = (f"algo={algo}", "algo.rollout_length=16", "parallel.inference=central", "parallel.sync_mode=blocking")
     local, _ = first_batch(make_cfg, tmp_path, "local", *common, "workers=1", "envs_per_worker=8")
@@ -310,7 +310,7 @@ def test_a_distributed_search_trials_env_runners_live_in_its_placement_group(clu
 def test_grid_world_is_learned_through_the_cnn_on_ray_actors(cluster, make_cfg, tmp_path):
     """The pixel grid world (uint8 images end to end, small CNN) learned by Ray actors on two nodes."""
     from rlpar.runtime.build import build_trainer
-    from tests.test_space_learning import GRID, GRID_THRESHOLD, first_reached
+    from tests.learning.test_space_learning import GRID, GRID_THRESHOLD, first_reached
 
     run_dir = tmp_path / "grid"
     trainer = build_trainer(make_cfg(f"env.id={GRID}", "parallel=distributed", "workers=2", "envs_per_worker=4",

@@ -19,7 +19,7 @@ import yaml
 pytestmark = [pytest.mark.slow, pytest.mark.ray]  # each test starts Ray (quick tier: -m 'not slow and not ray')
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # 8 environments x 16 steps: 128 env steps an iteration
 SMALL = ("algo.rollout_length=16", "algo.minibatch_size=64", "algo.anneal_lr=false", "checkpoint.every=4",
          "search.metric=lr", "ray.num_cpus=2")

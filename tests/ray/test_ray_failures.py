@@ -167,7 +167,7 @@ def test_cli_run_whose_private_instance_loses_its_gcs_or_raylet_stops_within_sec
     every = 5
     proc = subprocess.Popen(
         [sys.executable, "main.py", *DISTRIBUTED[:2], "total_steps=100000000", f"checkpoint.every={every}",
-         "algo.compile=false", "progress=false", f"hydra.run.dir={tmp_path}"],  # (compiling: tests/test_compile.py)
+         "algo.compile=false", "progress=false", f"hydra.run.dir={tmp_path}"],  # (compiling: tests/runs/test_compile.py)
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     metrics = tmp_path / "metrics.jsonl"

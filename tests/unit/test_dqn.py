@@ -9,7 +9,7 @@ import pytest
 
 from rlpar.runtime.build import build_trainer
 from tests.processes import default_sigint, wait_until
-from tests.test_kill_resume import (ROOT, checkpoint_iterations, cli, complete_rows, deterministic, resume, rows,
+from tests.runs.test_kill_resume import (ROOT, checkpoint_iterations, cli, complete_rows, deterministic, resume, rows,
                                     run_cli, stop)
 
 # Small and quick: a 64-wide dueling network, 3-step returns, learning from 512 transitions on.

@@ -13,7 +13,7 @@ from rlpar.models.q_spec import QNetworkSpec
 from rlpar.replay.actor import PrioritizingWorker
 from rlpar.runtime.build import build_trainer, probe_policy_spec
 from tests.rollouts import cartpole_rollout
-from tests.test_a2c import GAMMA, make_a2c
+from tests.unit.test_a2c import GAMMA, make_a2c
 
 CARTPOLE = resolve_env_spec(id="CartPole-v1")
 
