@@ -63,3 +63,19 @@ def adopted_orphans():
                 os.waitpid(pid, 0)  # reap those re-parented here (others are not our children)
             except ChildProcessError:
                 pass
+
+
+def _ray_initialized() -> bool:
+    ray = sys.modules.get("ray")  # never imported here: a test that has not imported Ray has not started it
+    return ray is not None and ray.is_initialized()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that starts Ray in this process must be marked `ray`, or the quick tier
+    (-m "not slow and not ray") would start Ray. (Ray started by a subprocess is not seen here.)"""
+    before = _ray_initialized()
+    result = yield
+    if not before and _ray_initialized() and item.get_closest_marker("ray") is None:
+        pytest.fail(f"{item.nodeid} started Ray in this process but is not marked @pytest.mark.ray", pytrace=False)
+    return result

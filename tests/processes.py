@@ -90,3 +90,16 @@ def default_sigint() -> None:
     """preexec_fn for a child the test will Ctrl-C: a test run started as a background job of a
     non-interactive shell has SIGINT ignored, and children would inherit that."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def rows_while_stopped(proc, metrics: Path, act) -> int:
+    """Stop `proc` (SIGSTOP), count the complete rows of its metrics.jsonl, `act()` (send it a
+    signal, kill one of its processes), and let it go on (SIGCONT). The count is exact however
+    busy the machine: a run that stops in the iteration under way logs at most one row more."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        rows = metrics.read_text().count("\n") if metrics.exists() else 0
+        act()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    return rows

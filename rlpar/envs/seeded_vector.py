@@ -104,7 +104,8 @@ class SeededPendulumVectorEnv(gym.vector.VectorEnv):
     """Pendulum-v1's dynamics for all environments at once: Gymnasium's PendulumEnv, seeded
     alike, with next-step autoreset (observations equal to float32 rounding, as numpy's
     vectorised sine may differ from the scalar one in the last bit). Gymnasium has no numpy
-    vector Pendulum; 8 environments step in ~15 us here against ~90 us one by one."""
+    vector Pendulum, and stepping environments one by one costs several times more
+    (docs/benchmarks.md, "Figures behind design choices in rlpar/")."""
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 

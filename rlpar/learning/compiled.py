@@ -2,12 +2,11 @@
 compiled with torch.compile into one graph; or, for optimisers other than Adam, the loss alone.
 
 Why the whole step: for a 64x64 actor-critic the maths of a minibatch step is microseconds, and
-eager torch spends the rest dispatching ~150 small ops. Measured on the 2-core VM (PPO's update,
-minibatches of 64, Pendulum shapes, one thread; `benchmarks/learner_step.py`): eager ~600 us a
-step, the loss alone compiled ~320 us, the whole step ~274 us, 4 steps a graph ~200 us.
+eager torch spends the rest dispatching ~150 small ops; one graph saves most of that dispatch
+(figures: docs/benchmarks.md, "Compiled learner"; `benchmarks/learner_step.py`).
 
-Compile cost: 2-7 s from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
-(TORCHINDUCTOR_CACHE_DIR, if you set none), 10-35 s cold, once per machine and shape. PPO
+Compile cost: seconds from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
+(TORCHINDUCTOR_CACHE_DIR, if you set none), tens of seconds cold, once per machine and shape. PPO
 compiles after its first (eager) update, in a thread the learner waits for without touching
 torch meanwhile, so that a signal still stops the run at once; the others compile on their first
 step. `auto` compiles only runs long enough to win even cold.

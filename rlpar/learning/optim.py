@@ -1,10 +1,10 @@
 """Optimiser steps without per-call bookkeeping.
 
 For small networks the Python around an update costs more than the maths: torch's fused Adam
-spends ~110 us per call here preparing the lists its kernel needs, and foreach gradient clipping
-~100 us. These call the same kernels with lists prepared once (~20 and ~50 us), about 15% of a
-PPO minibatch step. `LeanAdam` is also not a `torch.optim.Optimizer`: constructing one of those
-imports torch._dynamo, which costs ~2 s of start-up here.
+and foreach gradient clipping prepare on every call the lists their kernels need. These call the
+same kernels with lists prepared once. `LeanAdam` is also not a `torch.optim.Optimizer`:
+constructing one of those imports torch._dynamo, which costs seconds of start-up. (Figures:
+docs/benchmarks.md, "Figures behind design choices in rlpar/".)
 """
 
 from __future__ import annotations

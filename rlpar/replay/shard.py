@@ -6,8 +6,8 @@ Ape-X keeps tables in the learner's process with parallel=local and multiprocess
 and the learner samples it. A table never blocks: `add` and `sample` answer None while the rate
 limiter refuses, and the caller waits (an actor retries its write; the learner goes to collect
 rollouts). An actor that blocked on the limiter would hold the actor's only thread and queue
-the learner's requests behind it; an asynchronous actor avoids that but costs ~0.65 ms more per
-minibatch here (a sample and a priority update: 2.0 against 1.4 ms), ~20% of a gradient step.
+the learner's requests behind it; an asynchronous actor avoids that but costs a fifth of a
+gradient step more per minibatch (docs/benchmarks.md, "Figures behind design choices in rlpar/").
 """
 
 from __future__ import annotations

@@ -1,0 +1,205 @@
+"""Composing every config group option, and validation in-process (the CLI's refusals: test_bad_input.py)."""
+
+import pytest
+
+from rlpar.config.conf_dir import CONF_DIR
+from rlpar.config.validate import ConfigError, validate_config
+
+GROUPS = ["env", "algo", "model", "parallel", "hardware", "logger"]
+
+
+def options(group):
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_group_option_composes(make_cfg, group, option):
+    cfg = make_cfg(f"{group}={option}")
+    for key in GROUPS:
+        assert key in cfg
+    if group == "hardware" and option == "gpu":
+        with pytest.raises(ConfigError, match="no CUDA GPU"):
+            validate_config(cfg)
+    elif group == "hardware" and option == "cluster":  # with the default parallel=local
+        with pytest.raises(ConfigError, match="uses no Ray"):
+            validate_config(cfg)
+    elif group == "model" and option.endswith("_cnn"):  # CartPole's vectors are refused; Atari frames taken
+        with pytest.raises(ConfigError, match="is a CNN for image observations; these are vectors"):
+            validate_config(cfg)
+        validate_config(make_cfg(f"{group}={option}", "env=atari"))
+    else:
+        validate_config(cfg)
+
+
+def yaml_values(path, prefix: str = "") -> dict:
+    """A config file's keys, dotted, with their values; interpolations (`${...}`) left out."""
+    import yaml
+
+    def flat(tree: dict, prefix: str) -> dict:
+        out = {}
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                out.update(flat(value, f"{prefix}{key}."))
+            elif not str(value).startswith("${"):
+                out[f"{prefix}{key}"] = value
+        return out
+
+    return flat(yaml.safe_load(path.read_text()), prefix)
+
+
+CARTPOLE_PRESET = CONF_DIR / "preset" / "ppo" / "CartPole-v1.yaml"
+
+
+def test_defaults_are_ppo_cartpole_local_with_tuned_preset(make_cfg):
+    """The default run is PPO on CartPole with every value its preset file sets."""
+    from omegaconf import OmegaConf
+
+    cfg = make_cfg()
+    assert (cfg.env.id, cfg.algo.name) == ("CartPole-v1", "ppo")
+    assert cfg.parallel._target_.endswith("LocalSampler")
+    preset = yaml_values(CARTPOLE_PRESET)
+    assert preset and {key: OmegaConf.select(cfg, key) for key in preset} == preset
+    baseline = yaml_values(CONF_DIR / "algo" / "ppo.yaml", "algo.")
+    assert any(baseline.get(key, value) != value for key, value in preset.items())  # the preset changes the baseline
+    for knob in ("seed", "total_steps", "workers", "run_dir", "resume"):
+        assert knob in cfg
+
+
+@pytest.mark.parametrize("choice", [["env=acrobot"], ["env.id=Acrobot-v1"]])
+def test_baseline_hyperparameters_without_preset(make_cfg, choice):
+    """Presets follow the environment trained: CartPole's never reaches Acrobot, which trains
+    with the baseline's value of every algorithm key the CartPole preset changes."""
+    from omegaconf import OmegaConf
+
+    cfg = make_cfg(*choice)
+    baseline = yaml_values(CONF_DIR / "algo" / "ppo.yaml", "algo.")
+    changed = [key for key, value in yaml_values(CARTPOLE_PRESET).items() if key in baseline and baseline[key] != value]
+    assert changed and {key: OmegaConf.select(cfg, key) for key in changed} == {key: baseline[key] for key in changed}
+
+
+def test_minibatch_larger_than_batch_is_refused(make_cfg):
+    cfg = make_cfg("algo.minibatch_size=100000")
+    with pytest.raises(ConfigError, match="algo.minibatch_size"):
+        validate_config(cfg)
+
+
+def test_apex_rate_tolerance_that_could_deadlock_is_refused_with_its_least_value(make_cfg):
+    # workers=4, envs_per_worker=2, rollout 32, 3-step: writes of 2 x (32 + 2) = 68 transitions;
+    # samples per insert 0.125 x 64 = 8; least tolerance (8 x 68 + 64) / 2 = 304.
+    common = ("algo=apex", "parallel=distributed", "workers=4", "envs_per_worker=2")
+    with pytest.raises(ConfigError, match=r"rate_tolerance: 303 could deadlock.* at least 304 "):
+        validate_config(make_cfg(*common, "algo.replay.rate_tolerance=303"), check_env=False)
+    validate_config(make_cfg(*common, "algo.replay.rate_tolerance=304"), check_env=False)
+    # parallel=local: one worker steps all 8 environments, so its writes are 4 times larger
+    with pytest.raises(ConfigError, match="at least 1120 "):
+        validate_config(make_cfg(*common[:1], "parallel=local", *common[2:], "algo.replay.rate_tolerance=304"),
+                        check_env=False)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "apex", "async_dqn"])
+def test_q_learners_refuse_an_actor_critic_model(make_cfg, algo):
+    with pytest.raises(ConfigError, match=f"algo={algo} learns Q-values and needs model=q_network"):
+        validate_config(make_cfg(f"algo={algo}", "model=actor_critic"), check_env=False)
+
+
+def test_resume_of_missing_directory_is_refused(make_cfg, tmp_path):
+    cfg = make_cfg(f"resume={tmp_path / 'nope'}")
+    with pytest.raises(ConfigError, match="resume"):
+        validate_config(cfg)
+
+
+def _targets() -> list[str]:
+    import yaml
+
+    found = set()
+    for path in CONF_DIR.rglob("*.yaml"):
+        for line in path.read_text().splitlines():
+            if line.strip().startswith("_target_:"):
+                found.add(line.split(":", 1)[1].strip())
+    return sorted(found)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", _targets())
+def test_keys_read_from_source_match_the_real_signature(target):
+    """Validation reads constructors' keywords from source (no torch import): it must agree with
+    what Python itself sees, `**kwargs` forwarded to the base class included."""
+    import importlib
+    import inspect
+
+    from rlpar.config.known_keys import keyword_parameters
+
+    module, _, name = target.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    real = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        real |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    # ...less the base keywords a subclass sets itself (Ape-X: ε per actor, not scheduled)
+    real -= set(getattr(cls, "KEYWORDS_NOT_FORWARDED", ()))
+    assert keyword_parameters(target) == real
+
+
+@pytest.mark.parametrize("override,problem", [
+    ("+algo.epoch=5", "algo.epoch: unknown key (not taken by rlpar.algos.ppo.PPO); did you mean algo.epochs?"),
+    ("+foo=1", "foo: unknown key (not taken by rlpar's config)"),
+    ("+model.hiden_sizes=[8]", "model.hiden_sizes: unknown key (not taken by rlpar.models.spec.PolicySpec); did you mean model.hidden_sizes?"),
+    ("+env.max_steps=9", "env.max_steps: unknown key (not taken by env)"),
+    ("+ray.adress=x", "ray.adress: unknown key (not taken by ray); did you mean ray.address?"),
+    ("+parallel.seed=3", "parallel.seed: unknown key (not taken by rlpar.sampling.local.LocalSampler)"),
+    ("+checkpoint.evry=3", "checkpoint.evry: unknown key (not taken by rlpar.runtime.checkpoint.Checkpointer); did you mean checkpoint.every?"),
+])
+def test_every_component_refuses_keys_it_does_not_take(make_cfg, override, problem):
+    with pytest.raises(ConfigError) as refused:
+        validate_config(make_cfg(override), check_env=False)
+    assert [p for p in refused.value.problems if p.startswith(problem)], refused.value.problems
+
+
+def test_free_form_keys_are_not_checked(make_cfg):
+    validate_config(make_cfg("logger=wandb", "+logger.wandb.tags=[a]", "+env.kwargs.sutton_barto_reward=true"))
+
+
+@pytest.mark.parametrize("workers,envs,rollout", [(1, 8, 64), (2, 4, 64), (3, 3, 57), (8, 1, 64), (16, 1, 32), (32, 1, 16)])
+def test_cartpole_preset_keeps_512_steps_per_iteration_for_any_workers(make_cfg, workers, envs, rollout):
+    cfg = make_cfg(f"workers={workers}")
+    assert (cfg.envs_per_worker, cfg.algo.rollout_length) == (envs, rollout)
+
+
+def test_keys_the_user_sets_win_over_the_preset(make_cfg):
+    cfg = make_cfg("algo.lr=0.01", "model.activation=elu", "envs_per_worker=3")
+    assert (cfg.algo.lr, cfg.model.activation, cfg.envs_per_worker) == (0.01, "elu", 3)
+    assert cfg.algo.epochs == 2  # the rest of the preset still applies (the baseline has 10)
+    table_row = make_cfg("env=pendulum", "+table_row=local_1env")  # a @package _global_ option sets them
+    assert (table_row.workers, table_row.envs_per_worker) == (1, 1)
+
+
+@pytest.mark.slow
+def test_every_preset_key_is_a_config_key(make_cfg):
+    """A preset key that no config has would be added silently by the composition and refused
+    only by validation."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from rlpar.config.presets import PRESET_DIR
+
+    def flat_keys(tree, prefix=""):
+        for key, value in tree.items():
+            yield from flat_keys(value, f"{prefix}{key}.") if isinstance(value, dict) and value else [f"{prefix}{key}"]
+
+    for path in PRESET_DIR.glob("*/*.yaml"):
+        cfg = make_cfg(f"algo={path.parent.name}", "preset=null")
+        for key in flat_keys(yaml.safe_load(path.read_text())):
+            assert OmegaConf.select(cfg, key, default="absent", throw_on_resolution_failure=False) != "absent", (path, key)
+
+
+def test_run_folders_are_named_after_the_environment_trained():
+    """With both env.id and env.entry_point set, make_env builds the entry point: so is the run named."""
+    from rlpar.config.resolvers import env_name
+
+    assert env_name("CartPole-v1", "benchmarks.frames_env:FramesEnv") == "FramesEnv"
+    assert env_name("CartPole-v1", None) == "CartPole-v1"
+    assert env_name(None, "my_pkg.envs.Grid") == "Grid"
