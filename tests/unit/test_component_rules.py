@@ -17,7 +17,7 @@ from rlpar.runtime.build import build_trainer
 from rlpar.sampling.local import LocalSampler
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = "tests.test_component_rules"
+HERE = __name__
 
 
 class PickySampler(LocalSampler):
