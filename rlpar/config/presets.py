@@ -87,11 +87,54 @@ def with_preset(overrides: list[str], compose) -> list[str]:
     parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("hydra.")])
     if any(o.is_sweep_override() for o in parsed):
         return overrides
-    cfg = compose(overrides)
-    if cfg.get("resume"):  # the run's own config, preset and all, is read from its directory
-        return overrides
-    choice = wanted_preset(cfg)
+    deciding = _deciding(overrides)
+    if deciding in _CHOICES:
+        choice = _CHOICES[deciding]
+    else:
+        cfg = compose(overrides)
+        if cfg.get("resume"):  # the run's own config, preset and all, is read from its directory
+            return overrides
+        choice = wanted_preset(cfg)
+        if not any(_is_interpolation(cfg, key) for key in ("algo.name", "env.id")):
+            _CHOICES[deciding] = choice
     return overrides if choice is None else [*overrides, preset_override(choice)]
+
+
+# The preset each set of deciding overrides composed to: a composition costs about 0.1 s, and a
+# process that composes many configs (tests, sweeps, notebooks) mostly varies other keys.
+_CHOICES: dict[tuple[str, ...], str | None] = {}
+_DECIDING_KEYS = ("algo.name", "env.id", "env.entry_point", "resume")
+
+
+def _deciding(overrides: list[str]) -> tuple[str, ...]:
+    """The overrides that can change `algo.name`, `env.id` or `resume`: group choices (no dot in
+    the key, save the top-level values of config.yaml that are no group), those keys, and Hydra's
+    own (a search path adds groups). The rest only set values under them."""
+    return tuple(text for text in overrides
+                 if _key(text) in _DECIDING_KEYS or _key(text).startswith("hydra.")
+                 or ("." not in _key(text) and _key(text) not in _plain_top_level_keys()))
+
+
+def _plain_top_level_keys() -> frozenset[str]:
+    if not _TOP_LEVEL:
+        import yaml
+
+        config = yaml.safe_load((CONF_DIR / "config.yaml").read_text()) or {}
+        _TOP_LEVEL.append(frozenset(key for key, value in config.items()
+                                    if not isinstance(value, dict) and key not in ("defaults", "resume")))
+    return _TOP_LEVEL[0]
+
+
+_TOP_LEVEL: list[frozenset[str]] = []
+
+
+def _is_interpolation(cfg, key: str) -> bool:
+    """Whether the value comes from elsewhere (`${...}`), which other overrides may change."""
+    from omegaconf import OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    container = OmegaConf.select(cfg, parent, default=None)
+    return container is not None and leaf in container and container._get_node(leaf)._is_interpolation()
 
 
 def _select(cfg, key: str):

@@ -18,6 +18,7 @@ def test_default_config_solves_cartpole(make_cfg, tmp_path):
     assert final["eval_return_mean"] >= 400
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init_log_std,warned", [(-5.0, 1), (0.0, 0)])
 def test_a_collapsed_gaussian_policy_is_reported_once(make_cfg, tmp_path, caplog, init_log_std, warned):
     """std 0.0067 from the start: one warning over three iterations; a healthy std 1: none."""

@@ -85,6 +85,7 @@ def test_q_learning_refuses_factored_actions_in_one_line(make_cfg, tmp_path, alg
     assert f"algo={algo}" in problem and "MultiDiscrete" in problem and "algo=ppo" in problem
 
 
+@pytest.mark.slow
 def test_model_choices_for_images_are_checked_up_front(make_cfg, tmp_path):
     with pytest.raises(ConfigError) as err:
         validate_config(make_cfg(f"env.id={GRID}", "model=nature_cnn", run_dir=tmp_path / "n"))
@@ -98,6 +99,7 @@ def test_model_choices_for_images_are_checked_up_front(make_cfg, tmp_path):
     assert err.value.problems == ["model: encoder 'impala' is a CNN for image observations; these are vectors"]
 
 
+@pytest.mark.slow
 def test_car_racing_builds_a_cnn_not_a_27648_input_mlp(make_cfg, tmp_path):
     pytest.importorskip("Box2D", reason="CarRacing-v3 needs box2d (requirements.txt installs it)")
     trainer = build_trainer(make_cfg("env.id=CarRacing-v3", "total_steps=1000", run_dir=tmp_path / "car"))

@@ -279,6 +279,7 @@ def test_auto_refuses_a_stale_cluster_file(make_cfg, no_cluster_around):
     assert "nothing answers" in problem and str(no_cluster_around) in problem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["local", "multiprocess"])
 def test_a_cluster_with_a_sampler_that_uses_no_ray_is_refused(make_cfg, no_cluster_around, parallel):
     for overrides in (["hardware=cluster"], [f"ray.address={DEAD_ADDRESS}"]):

@@ -63,6 +63,7 @@ def test_evaluate_runs_the_deterministic_policy(make_cfg, tmp_path):
     assert 1.0 <= first["eval_return_min"] <= first["eval_return_max"] <= 500.0
 
 
+@pytest.mark.slow
 def test_resume_appends_each_iteration_exactly_once(make_cfg, tmp_path):
     run_dir = tmp_path / "r"
     run(make_cfg(f"total_steps={10 * STEPS_PER_ITERATION}", "checkpoint.every=4", run_dir=run_dir))
@@ -78,6 +79,7 @@ def test_resume_appends_each_iteration_exactly_once(make_cfg, tmp_path):
     assert final["env_steps"] == 16 * STEPS_PER_ITERATION
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
 def test_local_resume_reproduces_an_uninterrupted_run(make_cfg, tmp_path, env):
     """Checkpoint after 3 iterations, rebuild from scratch, restore: iterations 4-6 match exactly."""
@@ -101,6 +103,7 @@ def test_local_resume_reproduces_an_uninterrupted_run(make_cfg, tmp_path, env):
         assert {k: got[k] for k in keys} == {k: expected[k] for k in keys}
 
 
+@pytest.mark.slow
 def test_resume_skips_a_corrupt_newest_checkpoint_and_a_half_written_one(make_cfg, tmp_path):
     run_dir = tmp_path / "c"
     run(make_cfg(f"total_steps={10 * STEPS_PER_ITERATION}", "checkpoint.every=4", "checkpoint.keep=3", run_dir=run_dir))

@@ -124,6 +124,7 @@ def test_a_sweep_over_algorithms_runs_each_with_its_own_preset(tmp_path):
     assert "rlpar: dqn preset for CartPole-v1" in done.stdout
 
 
+@pytest.mark.slow
 def test_import_rlpar_is_cheap_and_offers_the_python_api():
     probe = ("import sys, rlpar; heavy = [m for m in ('torch', 'hydra', 'ray') if m in sys.modules]; "
              "from rlpar import compose_config, build_trainer; print(heavy, callable(compose_config), callable(build_trainer))")

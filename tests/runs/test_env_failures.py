@@ -53,6 +53,7 @@ def test_an_environment_that_breaks_for_good_stops_the_run_on_every_sampler(tmp_
     ("array_reward", "multiprocess", "returned a reward of type ndarray (array([1., 1.]))"),
     ("string_reward", "multiprocess", "returned a reward of type str ('1.0')"),
 ])
+@pytest.mark.slow
 def test_a_contract_broken_mid_run_is_named_the_same_on_every_sampler(make_cfg, tmp_path, what, parallel, expected):
     trainer = build_trainer(make_cfg(
         "env.id=null", "env.entry_point=tests.faulty_envs:BadOutputAfterCartPole", f"+env.kwargs.what={what}",

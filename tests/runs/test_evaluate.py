@@ -166,6 +166,7 @@ def test_evaluate_env_that_cannot_render(trained, tmp_path):
     assert proc.stdout.startswith("returns: ")
 
 
+@pytest.mark.slow
 def test_gif_for_tensorboard_is_scaled_and_subsampled():
     from PIL import Image
 

@@ -141,6 +141,7 @@ def test_a_search_with_nothing_to_show_gets_one_sentence(case, tmp_path, monkeyp
     assert not shown(outputs, "image/png")
 
 
+@pytest.mark.slow
 def test_the_readme_pandas_example_runs_with_the_requirements():
     readme = (NOTEBOOKS / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)

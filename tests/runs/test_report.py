@@ -142,6 +142,7 @@ def test_thresholds_come_from_gymnasium_then_the_run_config_then_the_override(tm
     assert bad.returncode == 2 and "expected ENV=NUMBER" in bad.stderr
 
 
+@pytest.mark.slow
 def test_an_env_without_any_threshold_says_so_instead_of_zero_reached(tmp_path):
     write_run(tmp_path / "cliff", "CliffWalking-v1", returns=(-100.0, -13.0))  # Gymnasium registers no threshold
     rows = report_csv(tmp_path)
@@ -163,6 +164,7 @@ def test_a_run_with_an_id_and_an_entry_point_is_reported_under_the_entry_point_i
     assert summary_rows([r for r in load_runs(tmp_path) if r.path.name == "custom"])[0]["threshold"] is None
 
 
+@pytest.mark.slow
 def test_symlinked_run_directories_are_followed_once(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     write_run(elsewhere / "seed1", seed=1, returns=(1.0, 3.0))

@@ -311,6 +311,7 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_earlier_checkpoints(t
     assert second.startswith("3") or second.startswith("2"), proc.stdout
 
 
+@pytest.mark.slow
 def test_nan_observations_stop_the_run_naming_observations(make_cfg, tmp_path):
     cfg = make_cfg("env.id=null", "env.entry_point=tests.faulty_envs:NaNAfterCartPole", "+env.kwargs.nan_after=300",
                    "total_steps=100000", "checkpoint.every=0", run_dir=tmp_path / "nan")

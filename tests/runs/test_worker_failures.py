@@ -22,6 +22,7 @@ def train(trainer, iterations):
     return [trainer.train() for _ in range(iterations)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel", [("algo.rollout_length=32",), MULTIPROCESS], ids=["local", "multiprocess"])
 def test_environment_exception_rebuilds_that_environment_and_is_counted(make_cfg, tmp_path, parallel):
     trainer = build_trainer(make_cfg(*FLAKY, *parallel, run_dir=tmp_path / "flaky"))

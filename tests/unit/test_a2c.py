@@ -100,6 +100,7 @@ def test_options_change_the_step(rollout):
     assert np.array_equal(weights_after(entropy_coef=0.0), base)  # and the same options, the same step
 
 
+@pytest.mark.slow
 def test_optimizer_key_chooses_rmsprop_or_adam(rollout):
     policy_spec, _ = rollout
     rmsprop = make_a2c(policy_spec, lr=1e-3, rmsprop_alpha=0.9, optimizer_eps=1e-4).optimizer
@@ -153,6 +154,7 @@ def test_resume_continues_exactly(make_cfg, tmp_path):
     assert resumed == after
 
 
+@pytest.mark.slow
 def test_multiprocess_matches_local_iteration_after_iteration(make_cfg, tmp_path):
     """sync_mode=blocking: 8 environments in one process or over 4 workers give the same rows,
     losses included, iteration after iteration (episodes end in several of them)."""

@@ -71,6 +71,7 @@ SHARED = ("seed=3", "workers=1", "envs_per_worker=8", "algo.rollout_length=8", "
           "total_steps=100000", "checkpoint.every=0")
 
 
+@pytest.mark.slow
 def test_local_a3c_is_a2c_iteration_for_iteration(make_cfg, tmp_path):
     """parallel=local: one worker, one gradient per iteration, applied before the next rollout."""
     rows = {}
@@ -89,6 +90,7 @@ def test_local_a3c_is_a2c_iteration_for_iteration(make_cfg, tmp_path):
     assert {row["gradient_staleness_max"] for row in rows["a3c"]} == {0}
 
 
+@pytest.mark.slow
 def test_worker_processes_update_the_shared_parameters_asynchronously(make_cfg, tmp_path):
     """parallel=multiprocess: Hogwild. The workers apply their gradients to the learner's own
     model, in shared memory; with 3 workers some gradients were computed on weights others had

@@ -47,6 +47,7 @@ def test_ppo_stays_blocking_and_on_policy_by_default(make_cfg, tmp_path):
         trainer.close()
 
 
+@pytest.mark.slow
 def test_appo_resumes_exactly_with_its_target_network_and_buffer(make_cfg, tmp_path):
     overrides = ("algo=appo", "total_steps=100000", "checkpoint.every=0")
     straight = build_trainer(make_cfg(*overrides, run_dir=tmp_path / "straight"))

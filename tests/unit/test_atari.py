@@ -192,6 +192,7 @@ def test_namespaced_ids_fall_back_to_their_namespace_preset(tmp_path, monkeypatc
     assert presets.preset_path("ppo", "ALE/Breakout-v5") == tmp_path / "ppo" / "ALE.yaml"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "ALE/Breakout-v5"])
 def test_ppo_atari_preset_is_cleanrls(make_cfg, env_id):
     cfg = make_cfg("env=atari", f"env.id={env_id}")

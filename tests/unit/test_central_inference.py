@@ -26,6 +26,7 @@ ALGOS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", list(ALGOS))
 def test_central_first_batch_is_bitwise_the_local_one(make_cfg, tmp_path, algo):
     """The server runs the workers' numpy maths on a CPU: not close, equal, for every algorithm."""
@@ -38,6 +39,7 @@ def test_central_first_batch_is_bitwise_the_local_one(make_cfg, tmp_path, algo):
     assert metrics["inference_batches"] > 0
 
 
+@pytest.mark.slow
 def test_central_multiprocess_metrics_match_local_with_normalised_observations(make_cfg, tmp_path):
     """Pendulum normalises observations on the server; its first row is local's."""
     common = ("env=pendulum", "algo.rollout_length=64", *CENTRAL)

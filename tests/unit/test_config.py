@@ -83,6 +83,7 @@ def test_minibatch_larger_than_batch_is_refused(make_cfg):
         validate_config(cfg)
 
 
+@pytest.mark.slow
 def test_apex_rate_tolerance_that_could_deadlock_is_refused_with_its_least_value(make_cfg):
     # workers=4, envs_per_worker=2, rollout 32, 3-step: writes of 2 x (32 + 2) = 68 transitions;
     # samples per insert 0.125 x 64 = 8; least tolerance (8 x 68 + 64) / 2 = 304.

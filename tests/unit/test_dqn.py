@@ -33,6 +33,7 @@ def test_dqn_learns_cartpole_within_a_small_budget(make_cfg, tmp_path):
     assert last["epsilon"] == pytest.approx(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["multiprocess"])
 def test_dqn_runs_on_worker_pools_with_weights_pushed_every_interval(make_cfg, tmp_path, parallel):
     trainer = build_trainer(make_cfg(*FAST, f"parallel={parallel}", "workers=2", "algo.weight_sync_interval=3",
@@ -78,6 +79,7 @@ def test_sigkill_then_resume_with_replay_checkpoint_equals_an_uninterrupted_run(
         assert deterministic(got) == deterministic(expected), f"iteration {got['iteration']}"
 
 
+@pytest.mark.slow
 def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tmp_path):
     """parallel=multiprocess: actors prioritise their own transitions and send them back with the
     batch; the learner's in-process shards take them. Each environment explores at its own rate."""

@@ -47,6 +47,7 @@ def test_numpy_q_values_match_torch_and_greedy_acts_on_them(dueling):
         np.testing.assert_allclose(q.mean(axis=1), value, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_each_environment_explores_at_its_own_epsilon():
     """Per-environment ε (Ape-X's per-actor rates): the share of non-greedy actions matches
     ε x (actions - 1) / actions, and exploratory actions are uniform."""

@@ -45,6 +45,7 @@ def assert_first_iteration_matches_local(make_cfg, tmp_path, common, parallel):
     return other_metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", ["cartpole", "pendulum"])
 def test_multiprocess_first_batch_equals_local(make_cfg, tmp_path, env):
     common = (f"env={env}", "algo.rollout_length=64", "algo.minibatch_size=64")
@@ -91,6 +92,7 @@ def test_multiprocess_close_leaves_no_process_or_shared_memory(make_cfg, tmp_pat
     ("env=pendulum", "algo.rollout_length=64", "model.normalize_obs=true"),
     # CartPole's many episodes per iteration, and A2C, on all three samplers: test_distributed.py.
 ])
+@pytest.mark.slow
 def test_multiprocess_matches_local_iteration_after_iteration(make_cfg, tmp_path, common):
     rows = {}
     for name, overrides in (("local", ("workers=1", "envs_per_worker=8")),
@@ -104,6 +106,7 @@ def test_multiprocess_matches_local_iteration_after_iteration(make_cfg, tmp_path
     assert [{k: r[k] for k in keys} for r in rows["local"]] == [{k: r[k] for k in keys} for r in rows["mp"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["local", "multiprocess"])
 def test_actor_idle_time_is_the_time_between_requests(make_cfg, tmp_path, parallel):
     import time
