@@ -88,8 +88,8 @@ class ApeX(DQN):
         batch_size: the DQN learner's ratio) within `replay.rate_tolerance` sampled items, from
         learning_starts / num_shards items (at least a minibatch) on. The default tolerance is
         the least that cannot deadlock plus room for the writes all actors may have unanswered
-        at once (at workers=8, 4 x the least made actors wait 5 s per 60k env steps against 1 s,
-        at the same env steps/s within noise)."""
+        at once: with only the least, actors wait for the learner more often (docs/benchmarks.md,
+        "Figures behind design choices")."""
         replay = self.replay_settings
         samples_per_insert = replay.samples_per_insert or self.replay_ratio * self.batch_size
         insert_batch = most_transitions_per_rollout(num_envs=self.sampler.worker_envs,

@@ -74,7 +74,7 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
     _prepare_environment(on_loopback=True)
     require_token_auth(create_token=True)
     # Idle workers Ray would prestart for the driver compete with start-up on small machines
-    # (ray.init 2.0 s instead of 2.8-3.7 s here); env runners start their own workers anyway.
+    # (docs/benchmarks.md, "Figures behind design choices"); env runners start their own workers anyway.
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     # Workers of a local instance inherit the driver's environment: cheaper than a runtime_env.
     paths = [str(REPO_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -106,8 +106,8 @@ def _ray_init(ray, *, private: bool, **kwargs) -> None:
       ray::RuntimeEnvAgent) were left running for good. Held, the interrupt comes once Ray is
       up (and, for a private instance, its processes are noted): it is shut down, then
       KeyboardInterrupt raised.
-    - Starting a private instance, a second signal stops at once: ray.init takes 4-7 s here,
-      over 10 s on a loaded machine. What it had started is frozen and killed.
+    - Starting a private instance, a second signal stops at once: ray.init takes seconds,
+      more on a loaded machine. What it had started is frozen and killed.
     - Where Python code handles SIGTERM (main.py's handler), it keeps doing so: see
       `_python_keeps_sigterm`. A default SIGTERM is left to Ray's handler, which cleans up."""
     quiet_expected_warnings(ray)
@@ -330,8 +330,8 @@ def stop_private_instance() -> None:
 
 def start_private_instance_early(*, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar") -> None:
     """Start the private instance now (main thread); the next RayConnection adopts it and shuts
-    it down at the end. main.py does this while another thread imports torch: Ray takes ~4 s to
-    boot here, about as long as the rest of start-up. (ray.init itself must stay on the main
+    it down at the end. main.py does this while another thread imports torch: Ray's boot takes about
+    as long as the rest of start-up. (ray.init itself must stay on the main
     thread: started from another one, its GCS client never connects.)"""
     _start_private_instance(num_cpus, object_store_mb, namespace)
     _state["private_instance_pending"] = True

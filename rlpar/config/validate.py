@@ -392,7 +392,7 @@ def _check_run_dir(c: ConfigView) -> None:
 
 def directory_problem(directory: str) -> str | None:
     """Why a run could not write into `directory` (run_dir, Hydra's hydra.run.dir), or None: found
-    now rather than after start-up (Ray: ~9 s), by creating and removing a folder where it would go."""
+    now rather than after a start-up of seconds (Ray), by creating and removing a folder where it would go."""
     import os
     import tempfile
 

@@ -32,7 +32,7 @@ def choose_encoder(encoder: str, image_shape: tuple[int, ...]) -> str:
 def choose_acting(acting: str, encoder: str) -> str:
     """`auto`: the numpy float64 copy (bit-identical batches however environments are split over
     workers, and torch-free workers), except for the large CNNs, whose numpy convolutions are
-    2-4x slower per step than torch's (measured in numpy_cnn.py): a torch float32 copy."""
+    several times slower per step than torch's (docs/benchmarks.md): a torch float32 copy."""
     if acting != "auto":
         return acting
     return "torch" if encoder in TORCH_ACTING_ENCODERS else "numpy"

@@ -3,9 +3,8 @@ CNN encoders (`acting=torch`, and what `auto` picks for `nature` and `impala`; t
 behind that choice are in numpy_cnn.py). Actions are chosen by the same numpy maths as the
 numpy copies (PolicyChoice, EpsilonGreedyChoice).
 
-The trade-off: float32 convolutions round differently for different batch sizes (measured: a
-row alone and the same row in a batch of 8 differ in ~45% of their outputs, by ~1e-6 relative),
-so a run's batches then depend on how its environments are split over workers (the same split
+The trade-off: float32 convolutions round differently for different batch sizes (docs/benchmarks.md,
+"Figures behind design choices"), so a run's batches then depend on how its environments are split over workers (the same split
 and seed still repeat). The numpy float64 copies give bit-identical batches however the
 environments are split.
 

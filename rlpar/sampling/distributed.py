@@ -182,7 +182,7 @@ class DistributedSampler(WorkerPoolSampler):
     def _stored_weights(self, weights: dict, version: int):
         """The weights in the object store, put there once per version for every reader; small
         ones are sent inline with each request instead (Ray copies arguments under 100 KB into
-        the call: for CartPole's 64x64 policy, a put costs ~1 ms, an inline copy ~0.05 ms a worker)."""
+        the call, far cheaper than a put for a small policy: docs/benchmarks.md)."""
         size = sum(getattr(value, "nbytes", INLINE_WEIGHT_BYTES) for value in weights.values())  # not arrays: put
         if size * len(self.runners) < INLINE_WEIGHT_BYTES:
             return weights
