@@ -151,6 +151,17 @@ class A3C(A2C):
                 "server_restarts": self.server.restarts}
 
     def load_state_dict(self, state: dict) -> None:
+        state = _from_hogwild_layout(state)
         self.steps_seen, self.version = int(state["steps_seen"]), int(state["version"])
         self.server.restart(state=state["server"])
         self.server.restarts = int(state["server_restarts"])  # a resume is not a failure
+
+
+def _from_hogwild_layout(state: dict) -> dict:
+    """A multiprocess checkpoint written before the parameter server became the sampler's service
+    held the learner's model, optimiser and shared counters at the top level: still resumable."""
+    if "shared_counters" not in state:
+        return state
+    version, env_steps = (int(count) for count in state["shared_counters"])
+    server = {"model": state["model"], "optimizer": state["optimizer"], "version": version, "env_steps": env_steps}
+    return {"server": server, "steps_seen": state["steps_seen"], "version": version, "server_restarts": 0}

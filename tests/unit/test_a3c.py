@@ -120,6 +120,32 @@ def test_worker_processes_update_the_shared_parameters_asynchronously(make_cfg, 
     assert rows[-1]["episodes"] > 5 and not any(k.startswith("policy_lag") for k in rows[-1])
 
 
+@pytest.mark.slow
+def test_a_hogwild_checkpoint_of_the_earlier_layout_still_resumes(make_cfg, tmp_path):
+    """Multiprocess A3C checkpoints once held the model, optimiser and shared counters at the top
+    level; such a checkpoint loads into the parameter server as it was."""
+    overrides = ("algo=a3c", "parallel=multiprocess", "workers=2", "envs_per_worker=1", "checkpoint.every=0")
+    trainer = build_trainer(make_cfg(*overrides, run_dir=tmp_path / "first"))
+    try:
+        metric_rows(trainer, 3)
+        new = trainer.algorithm.state_dict()
+    finally:
+        trainer.close()
+    server = new["server"]
+    earlier = {"model": server["model"], "optimizer": server["optimizer"], "version": new["version"],
+               "steps_seen": new["steps_seen"], "shared_counters": torch.tensor([server["version"], server["env_steps"]])}
+    resumed = build_trainer(make_cfg(*overrides, run_dir=tmp_path / "second"))
+    try:
+        resumed.algorithm.load_state_dict(earlier)
+        loaded = resumed.algorithm.state_dict()
+    finally:
+        resumed.close()
+    assert (loaded["steps_seen"], loaded["server"]["version"], loaded["server"]["env_steps"]) == (
+        new["steps_seen"], server["version"], server["env_steps"])
+    for name, value in server["model"].items():
+        torch.testing.assert_close(loaded["server"]["model"][name], value, rtol=0, atol=0)
+
+
 def apply_in_a_child(shared, gradients, done):
     done.put(shared.apply(gradients, version=0, env_steps=7))
 
