@@ -51,6 +51,7 @@ class Algorithm(ABC):
     central_inference = True     # its workers only act and step, so a server may act for them all
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
+    collective = None  # learners=N: this rank's learner group (rlpar.learners.collective); None: learns alone
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
@@ -148,6 +149,13 @@ class Algorithm(ABC):
         keep = batch.valid.reshape(-1)
         explained = explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
         return {"explained_variance": explained, "policy_version": self.version}
+
+    def join_learner_group(self, collective) -> None:
+        """Learn as one rank of a data-parallel group: start from rank 0's weights and average
+        every gradient step's gradients with the other ranks (docs/learners.md)."""
+        self.collective = collective
+        self.step.collective = collective
+        collective.broadcast_module(self.model)
 
     def state_dict(self) -> dict:
         """Weights, optimiser state and counters; an algorithm with more state extends both."""

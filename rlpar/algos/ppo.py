@@ -18,6 +18,9 @@ from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 from rlpar.sampling.batch import batch_layout
 
+# What an update's gradient steps take from its inputs, per valid step.
+LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "returns")
+
 
 class PPO(Algorithm):
     def __init__(
@@ -91,18 +94,42 @@ class PPO(Algorithm):
     def update(self, batch) -> dict:
         """Learn from one batch (on-policy, or one update old with non_blocking sampling);
         returns the update's diagnostics."""
+        inputs = self.learning_inputs(batch)
+        stats = self.learn(inputs)
+        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
+
+    def learning_inputs(self, batch) -> dict:
+        """What the gradient steps take from a batch, time-major [T, E], with the learning rate:
+        the part of an update that reads the whole batch and advances running statistics
+        (steps seen, rewards), done once (on rank 0 in a learner group)."""
         self.steps_seen += batch.num_steps
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
-        data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp,
-                                   "old_values": batch.values, "advantages": advantages, "returns": returns},
-                                  batch.valid, self.device)
+        return {"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp, "old_values": batch.values,
+                "advantages": advantages, "returns": returns, "valid": batch.valid, "lr": lr,
+                "lagged": batch.policy_version < self.version}
+
+    def learn(self, inputs: dict) -> dict:
+        """The gradient steps of one update on time-major [T, E] inputs: the whole batch, or in a
+        learner group this rank's environment columns of it (rlpar.learners.shard). Everything
+        that reads the whole batch or keeps running statistics (rewards, GAE, the observation
+        normaliser) happened before, on rank 0."""
+        if self.collective is not None:
+            self.collective.broadcast_module(self.model, parameters=False)  # rank 0's observation statistics
+            self.optimizer.param_groups[0]["lr"] = inputs["lr"]
+        data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
-        if batch.policy_version < self.version:
+        if inputs["lagged"]:
             self.decouple_from_behaviour(data)
-        stats = self.optimise(data)
-        return {**stats, "lr": lr, **self.finish_update(batch, returns)}
+        return self.optimise(data)
+
+    def join_learner_group(self, collective) -> None:
+        """Gradient steps that average gradients between their backward and their clip: eager
+        (a compiled step clips and applies inside its graph)."""
+        super().join_learner_group(collective)
+        self.compiled = False
+        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=False)
 
     @torch.no_grad()
     def decouple_from_behaviour(self, data: dict) -> None:
@@ -120,8 +147,7 @@ class PPO(Algorithm):
         and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
         once per epoch or update from detached log-probabilities, not in every step."""
         size = len(data["obs"])
-        mb = min(self.minibatch_size, size)
-        count = size // mb  # minibatches per epoch (the remainder is left out)
+        mb, count = self.minibatch_plan(size)
         unroll = self.gradient_step.unroll
         losses, epoch_stats = [], []
         for _ in range(self.epochs):
@@ -137,6 +163,8 @@ class PPO(Algorithm):
                 old_logps.append(part["old_logp"].reshape(-1))
             new_logp, old_logp = torch.cat(new_logps), torch.cat(old_logps)
             epoch_stats.append(torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip))))
+            if self.collective is not None:  # every rank stops at the same epoch (target_kl)
+                epoch_stats[-1] = self.collective.mean(epoch_stats[-1], samples=len(new_logp))
             if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
                 break
         self.gradient_step.settle()
@@ -158,13 +186,26 @@ class PPO(Algorithm):
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
 
+    def minibatch_plan(self, size: int) -> tuple[int, int]:
+        """The minibatch size and the minibatches per epoch (the remainder is left out). In a
+        learner group each rank takes its share of `minibatch_size` from its own columns, as many
+        minibatches as the rank with the fewest valid steps can, so that all step together; a
+        minibatch as large as the whole batch is each rank's whole shard."""
+        if self.collective is None:
+            mb = min(self.minibatch_size, size)
+            return mb, size // mb
+        if self.minibatch_size >= int(self.collective.sum(torch.tensor([size]))[0]):
+            return size, 1
+        mb = max(self.minibatch_size // self.collective.world_size, 1)
+        return mb, self.collective.smallest(size // mb)
+
     def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None):
         """The loss of one minibatch and its parts (what algo.compile compiles).
         `behaviour_weights`: pi_current / pi_behaviour for a lagged batch (update() passes ones otherwise)."""
         with_entropy = self.entropy_coef != 0
         logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
-        if self.normalize_advantages:
-            advantages = normalize(advantages)
+        if self.normalize_advantages:  # over the minibatch of every rank in a learner group
+            advantages = normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
         if behaviour_weights is not None:
             advantages = advantages * behaviour_weights
         p_loss = clipped_policy_loss(logp, old_logp, advantages, self.clip)

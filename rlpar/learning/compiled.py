@@ -100,7 +100,7 @@ class EagerStep:
 
     def __call__(self, **minibatch) -> tuple:
         loss, *parts = self.loss_fn(**minibatch)
-        self.guard(loss)
+        self.guard(loss, samples=len(next(iter(minibatch.values()))))
         return (loss.detach(), *(part.detach() for part in parts))
 
     def steps(self, **minibatches) -> tuple:

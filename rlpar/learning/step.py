@@ -22,10 +22,16 @@ class GuardedStep:
         self.max_consecutive_nonfinite = max_consecutive_nonfinite
         self.nonfinite_updates = 0
         self.consecutive_nonfinite = 0
+        # learners=N: the group whose gradients are averaged before the clip, so every rank
+        # clips, checks and applies the same gradient (rlpar.learners.collective); None: alone
+        self.collective = None
 
-    def __call__(self, loss: torch.Tensor) -> None:
+    def __call__(self, loss: torch.Tensor, *, samples: int = 1) -> None:
+        """`samples`: how many samples `loss` is the mean over (weighs this rank's gradient in a group)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.collective is not None:
+            self.collective.average_gradients(self.parameters, samples=samples)
         self.apply_gradients()
 
     def apply_gradients(self) -> None:

@@ -1,0 +1,84 @@
+"""The collective operations a data-parallel learner needs, over one torch.distributed group.
+
+Every rank calls the same operations in the same order; a peer that never arrives ends the call
+with an error after the group's timeout instead of a hang (gloo's own timeout)."""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+
+def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float) -> "Collective":
+    """Join (or, on rank 0, open) the gloo group that `world_size` learners meet in at
+    `address:port`; every collective op then fails after `timeout_s` if a peer is missing."""
+    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return Collective(rank=rank, world_size=world_size)
+
+
+def leave_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class Collective:
+    """This process's place in the learner group, and the reductions that keep every rank's
+    update identical: gradients, advantage statistics, diagnostics."""
+
+    def __init__(self, *, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+
+    def average_gradients(self, parameters: list[torch.Tensor], *, samples: int) -> None:
+        """Each rank's gradient is that of a mean over its `samples`: weighting by them gives the
+        gradient of the mean over every rank's samples, as one learner on the whole minibatch
+        would have it. One all-reduce of a flat buffer (the sample count rides at its end)."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(1)])
+        flat[:-1] *= samples
+        flat[-1] = samples
+        dist.all_reduce(flat)
+        flat[:-1] /= flat[-1]
+        offset = 0
+        for p, g in zip(parameters, grads):
+            p.grad = flat[offset : offset + g.numel()].view_as(g).clone()
+            offset += g.numel()
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """The sum over ranks (float64 on the wire: statistics of many samples stay exact)."""
+        total = values.detach().to(torch.float64).clone()
+        dist.all_reduce(total)
+        return total.to(values.dtype)
+
+    def mean(self, values: torch.Tensor, *, samples: int) -> torch.Tensor:
+        """The mean over every rank's samples of per-rank means over `samples` each."""
+        weighted = self.sum(torch.cat([values.detach().reshape(-1).to(torch.float64) * samples,
+                                       torch.tensor([float(samples)], dtype=torch.float64)]))
+        return (weighted[:-1] / weighted[-1]).to(values.dtype).view_as(values)
+
+    def normalize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std),
+        in two passes like torch's own std."""
+        count_and_sum = self.sum(torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64),
+                                              x.detach().to(torch.float64).sum()]))
+        count, mean = count_and_sum[0], count_and_sum[1] / count_and_sum[0]
+        if count <= 1:
+            return x - mean.to(x.dtype)
+        squares = self.sum(((x.detach().to(torch.float64) - mean) ** 2).sum().reshape(1))[0]
+        std = torch.sqrt(squares / (count - 1))
+        return (x - mean.to(x.dtype)) / (std.to(x.dtype) + eps)
+
+    def smallest(self, value: int) -> int:
+        """The smallest of every rank's `value`: how many steps all ranks can take together."""
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        return int(tensor.item())
+
+    def broadcast_module(self, module: torch.nn.Module, *, parameters: bool = True) -> None:
+        """Rank 0's buffers (observation statistics) and, with `parameters`, its weights, on every rank."""
+        tensors = list(module.buffers()) + (list(module.parameters()) if parameters else [])
+        with torch.no_grad():
+            for tensor in tensors:
+                dist.broadcast(tensor.data, src=0)
