@@ -143,6 +143,10 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
             and envs_per_worker <= MAX_ENVS_PER_WORKER and workers * envs_per_worker > total_steps):
         c.problems.append(f"envs_per_worker: {workers * envs_per_worker} environments (workers {workers} x envs_per_worker "
                           f"{envs_per_worker}) is more than total_steps ({total_steps}): most would never take a step")
+    learners = c.number("learners", integer=True, low=1)
+    if isinstance(learners, int) and learners > 1:
+        c.problems.append(f"learners: {learners} learners are not supported yet (the learner group is under way, "
+                          f"docs/learners.md); use learners=1")
     _check_machine_limits(c, workers)
     _check_algo(c, workers, envs_per_worker)
     c.ask(c.component("model._target_"))

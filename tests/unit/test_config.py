@@ -83,6 +83,14 @@ def test_minibatch_larger_than_batch_is_refused(make_cfg):
         validate_config(cfg)
 
 
+@pytest.mark.parametrize("learners, problem", [("0", r"learners: 0 is out of range \(must be >= 1\)"), ("1.5", "learners: expected an integer"),
+                                               ("2", "learners: 2 learners are not supported yet")])
+def test_learners_is_an_integer_of_at_least_one_and_only_one_for_now(make_cfg, learners, problem):
+    with pytest.raises(ConfigError, match=problem):
+        validate_config(make_cfg(f"learners={learners}"), check_env=False)
+    validate_config(make_cfg("learners=1"), check_env=False)
+
+
 @pytest.mark.slow
 def test_apex_rate_tolerance_that_could_deadlock_is_refused_with_its_least_value(make_cfg):
     # workers=4, envs_per_worker=2, rollout 32, 3-step: writes of 2 x (32 + 2) = 68 transitions;
