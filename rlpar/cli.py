@@ -148,11 +148,11 @@ def _job_preset(cfg, hydra, overrides: list[str]):
     with the preset of the command's first (algo.name, env.id) is composed again with its own."""
     from hydra import compose
 
-    from rlpar.config.presets import GROUP, preset_line, preset_override, wanted_preset
+    from rlpar.config.presets import GROUP, preset_line, preset_override, wanted_preset, without_preset
 
     chosen, wanted = hydra.runtime.choices.get(GROUP), wanted_preset(cfg)
     if not _preset_chosen_by_user and chosen != wanted:
-        kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != GROUP]
+        kept = without_preset(overrides)
         searchpath = [o for o in hydra.overrides.hydra if o.startswith("hydra.searchpath")]  # a user's own configs
         cfg = compose(config_name="config",
                       overrides=[*searchpath, *kept, *([preset_override(wanted)] if wanted else [])])
@@ -190,7 +190,9 @@ def run_job(cfg) -> float | None:
             overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
             cfg, preset = _job_preset(cfg, hydra, overrides)
             if not _preset_chosen_by_user:  # the rerun command of a search's best trial names what the user typed
-                overrides = [o for o in overrides if o.split("=", 1)[0] != "preset"]
+                from rlpar.config.presets import without_preset
+
+                overrides = without_preset(overrides)
         new_run = not cfg.get("resume")
         if problem := _run_dir_refusal(cfg, new_run=new_run):  # at once, before the slower validation
             raise run_lock.RunDirInUseError(problem)

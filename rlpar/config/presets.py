@@ -14,6 +14,7 @@ algorithm's baseline) is kept. An environment given only by `env.entry_point` ha
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from rlpar.config.conf_dir import CONF_DIR
@@ -50,6 +51,11 @@ def preset_choice(algo_name, env_id) -> str | None:
 def chooses_preset(overrides: list[str]) -> bool:
     """Whether the overrides choose the preset themselves (`preset=...`, `preset=null`, `~preset`)."""
     return any(_key(text) == GROUP for text in overrides)
+
+
+def without_preset(overrides: list[str]) -> list[str]:
+    """The overrides less those that choose the preset."""
+    return [text for text in overrides if _key(text) != GROUP]
 
 
 def turns_presets_off(text: str) -> bool:
@@ -115,17 +121,12 @@ def _deciding(overrides: list[str]) -> tuple[str, ...]:
                  or ("." not in _key(text) and _key(text) not in _plain_top_level_keys()))
 
 
+@functools.cache
 def _plain_top_level_keys() -> frozenset[str]:
-    if not _TOP_LEVEL:
-        import yaml
+    import yaml
 
-        config = yaml.safe_load((CONF_DIR / "config.yaml").read_text()) or {}
-        _TOP_LEVEL.append(frozenset(key for key, value in config.items()
-                                    if not isinstance(value, dict) and key not in ("defaults", "resume")))
-    return _TOP_LEVEL[0]
-
-
-_TOP_LEVEL: list[frozenset[str]] = []
+    config = yaml.safe_load((CONF_DIR / "config.yaml").read_text()) or {}
+    return frozenset(key for key, value in config.items() if not isinstance(value, dict) and key not in ("defaults", "resume"))
 
 
 def _is_interpolation(cfg, key: str) -> bool:
@@ -134,7 +135,7 @@ def _is_interpolation(cfg, key: str) -> bool:
 
     parent, _, leaf = key.rpartition(".")
     container = OmegaConf.select(cfg, parent, default=None)
-    return container is not None and leaf in container and container._get_node(leaf)._is_interpolation()
+    return container is not None and leaf in container and OmegaConf.is_interpolation(container, leaf)
 
 
 def _select(cfg, key: str):

@@ -114,7 +114,9 @@ def test_worker_processes_update_the_shared_parameters_asynchronously(make_cfg, 
         np.testing.assert_array_equal(evaluated_weights[name], value.numpy())
     assert evaluation["eval_episodes"] == 2 and evaluation["eval_return_min"] >= 8
     applied = sum(row["gradients_applied"] for row in rows)
-    assert applied >= 60 and 0 <= rows[-1]["policy_version"] - applied <= 3  # (gradients of rollouts in flight)
+    # The version runs ahead by gradients of rollouts in flight, and behind by increments lost
+    # to Hogwild's unlocked writes (rlpar/learning/hogwild.py): a few either way.
+    assert applied >= 60 and abs(rows[-1]["policy_version"] - applied) <= 3
     assert max(row["gradient_staleness_max"] for row in rows if "gradient_staleness_max" in row) >= 1
     assert all(not bool((a == b).all()) for a, b in zip(initial, learned))
     assert rows[-1]["episodes"] > 5 and not any(k.startswith("policy_lag") for k in rows[-1])
