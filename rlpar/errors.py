@@ -29,3 +29,8 @@ def shown(value) -> str:
 class ServiceLost(RuntimeError):
     """A side service (a parameter server, a replay shard) a worker called is gone: the learner
     restarts it and sends the new address (rlpar.sampling.services)."""
+
+
+class LearnerGroupError(RuntimeError):
+    """The learner group (learners=N) cannot go on: no room on the cluster for its ranks, or it
+    failed too many times in a row. Stops the run in one line, with a checkpoint."""

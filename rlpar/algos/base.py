@@ -51,7 +51,9 @@ class Algorithm(ABC):
     central_inference = True     # its workers only act and step, so a server may act for them all
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
-    collective = None  # learners=N: this rank's learner group (rlpar.learners.collective); None: learns alone
+    data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
+    collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
+    learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
@@ -150,12 +152,33 @@ class Algorithm(ABC):
         explained = explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
         return {"explained_variance": explained, "policy_version": self.version}
 
+    # -- learners=N (docs/learners.md): an update is learning_inputs (rank 0), then learn (every rank)
+    def learn_on_every_rank(self, inputs: dict) -> dict:
+        """`learn(inputs)` here (learners=1), or on every rank of the learner group, each its
+        shard (`shard_inputs`); rank 0's diagnostics."""
+        if self.learner_group is None:
+            return self.learn(inputs)
+        return {**self.learner_group.learn(self, inputs), "learner_restarts": self.learner_group.restarts}
+
+    def use_learner_group(self, group) -> None:
+        self.learner_group = group
+
+    def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
+        """Each rank's part of an update's time-major [T, E] inputs: whole environment columns."""
+        from rlpar.learners.shard import column_shards, take_columns
+
+        return [take_columns(inputs, columns) for columns in column_shards(inputs["valid"].shape[1], world_size)]
+
     def join_learner_group(self, collective) -> None:
         """Learn as one rank of a data-parallel group: start from rank 0's weights and average
         every gradient step's gradients with the other ranks (docs/learners.md)."""
         self.collective = collective
         self.step.collective = collective
         collective.broadcast_module(self.model)
+
+    def leave_learner_group(self) -> None:
+        self.collective = None
+        self.step.collective = None
 
     def state_dict(self) -> dict:
         """Weights, optimiser state and counters; an algorithm with more state extends both."""
@@ -165,6 +188,8 @@ class Algorithm(ABC):
             "version": self.version,
             "steps_seen": self.steps_seen,
             "reward_normalizer": self.reward_normalizer.state_dict(),
+            # ranks 1..N-1's random states (learners=N), for a resume with the same N
+            **({"learner_rngs": self.learner_group.rank_rngs} if self.learner_group is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -174,6 +199,11 @@ class Algorithm(ABC):
         self.steps_seen = int(state["steps_seen"])
         if "reward_normalizer" in state:  # absent from checkpoints written before it existed
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        if self.learner_group is not None:  # the other ranks take this state when the group next meets
+            self.learner_group.rank_rngs = state.get("learner_rngs")
+            self.learner_group.joined = False
 
     def close(self) -> None:
+        if self.learner_group is not None:  # before the sampler, which may end the Ray instance it runs on
+            self.learner_group.stop()
         self.sampler.close()

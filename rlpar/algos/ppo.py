@@ -23,6 +23,7 @@ LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "re
 
 
 class PPO(Algorithm):
+    data_parallel = True
     def __init__(
         self,
         *,
@@ -95,7 +96,7 @@ class PPO(Algorithm):
         """Learn from one batch (on-policy, or one update old with non_blocking sampling);
         returns the update's diagnostics."""
         inputs = self.learning_inputs(batch)
-        stats = self.learn(inputs)
+        stats = self.learn_on_every_rank(inputs)
         return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
 
     def learning_inputs(self, batch) -> dict:

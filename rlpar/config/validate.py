@@ -143,10 +143,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
             and envs_per_worker <= MAX_ENVS_PER_WORKER and workers * envs_per_worker > total_steps):
         c.problems.append(f"envs_per_worker: {workers * envs_per_worker} environments (workers {workers} x envs_per_worker "
                           f"{envs_per_worker}) is more than total_steps ({total_steps}): most would never take a step")
-    learners = c.number("learners", integer=True, low=1)
-    if isinstance(learners, int) and learners > 1:
-        c.problems.append(f"learners: {learners} learners are not supported yet (the learner group is under way, "
-                          f"docs/learners.md); use learners=1")
+    _check_learners(c, workers, envs_per_worker)
     _check_machine_limits(c, workers)
     _check_algo(c, workers, envs_per_worker)
     c.ask(c.component("model._target_"))
@@ -155,6 +152,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
     if c.get("search"):
         c.ask(c.component("search._target_"))
     c.number("ray.cpus_per_worker", low=0, low_open=True)
+    c.number("ray.cpus_per_learner", low=0, low_open=True)
     c.number("ray.object_store_mb", integer=True, low=80)
     c.number("ray.num_cpus", low=0, low_open=True, optional=True)
     _check_hardware(c)
@@ -166,6 +164,26 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
     if c.problems:
         raise ConfigError(list(dict.fromkeys(c.problems)))  # an unresolved key is read more than once
     return probe
+
+
+def _check_learners(c: ConfigView, workers, envs_per_worker) -> None:
+    """learners=N: an algorithm that learns in one place, a sampler that can start the group,
+    and an environment column for every learner."""
+    learners = c.number("learners", integer=True, low=1)
+    c.number("learner_group.timeout_s", low=0, low_open=True)
+    c.number("learner_group.max_restarts", integer=True, low=0)
+    if not isinstance(learners, int) or learners == 1:
+        return
+    if c.algorithm and not c.algorithm.get("data_parallel"):
+        c.problems.append(f"learners: {c.get('algo.name')} does not learn in one place that can be split (its "
+                          f"workers or a parameter server make the gradients); learners={learners} is for "
+                          f"{c.algorithms_with('data_parallel', True)}")
+    if c.sampler is not None and not c.sampler.learner_groups:
+        c.problems.append(f"learners: {learners} learners run as Ray actors: use parallel=distributed (a private Ray "
+                          f"instance on this machine, or a cluster); parallel={c.get('parallel.name')} learns in one process")
+    if all(isinstance(n, int) for n in (workers, envs_per_worker)) and workers * envs_per_worker < learners:
+        c.problems.append(f"learners: {learners} learners need at least one environment column each; there are "
+                          f"{workers * envs_per_worker} (workers x envs_per_worker)")
 
 
 def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:

@@ -6,6 +6,8 @@ with an error after the group's timeout instead of a hang (gloo's own timeout)."
 from __future__ import annotations
 
 import datetime
+import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -14,9 +16,17 @@ import torch.distributed as dist
 def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float) -> "Collective":
     """Join (or, on rank 0, open) the gloo group that `world_size` learners meet in at
     `address:port`; every collective op then fails after `timeout_s` if a peer is missing."""
+    leave_group()  # a rank joining again (a restarted group, a resume) leaves its old group first
+    if address.startswith("127."):  # gloo's pairs bind the host name's interface unless told: stay on loopback
+        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return Collective(rank=rank, world_size=world_size)
+
+
+def _loopback_interface() -> str:
+    names = [name for _, name in socket.if_nameindex()]
+    return next((name for name in names if name.startswith("lo")), "lo")
 
 
 def leave_group() -> None:

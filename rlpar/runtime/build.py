@@ -81,14 +81,17 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
     if algo_cfg.get("normalize_rewards") == "auto":
         algo_cfg.normalize_rewards = box_observations
+    make_algorithm = partial(instantiate(algo_cfg, _partial_=True, _convert_="all"), policy_spec=policy_spec,
+                             total_steps=container["total_steps"], seed=container["seed"],
+                             device=container["hardware"]["device"])
     try:
-        algorithm = instantiate(algo_cfg, _partial_=True, _convert_="all")(
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=container["total_steps"],
-            seed=container["seed"],
-            device=container["hardware"]["device"],
-        )
+        algorithm = make_algorithm(sampler=sampler)
+        if container["learners"] > 1:
+            group = container["learner_group"]
+            algorithm.use_learner_group(sampler.start_learner_group(
+                make_algorithm=partial(make_algorithm, sampler=None), world_size=container["learners"],
+                seed=container["seed"], torch_threads=container["hardware"]["torch_threads"],
+                timeout_s=group["timeout_s"], max_restarts=group["max_restarts"]))
     except BaseException:
         sampler.close()  # its workers and Ray actors must not outlive a failed build
         raise

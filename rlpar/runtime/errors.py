@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlpar.cluster.errors import RayInstanceLostError
-from rlpar.errors import EnvironmentFailedError, RunDirError
+from rlpar.errors import EnvironmentFailedError, LearnerGroupError, RunDirError
 from rlpar.learning.errors import NonFiniteLossError
 from rlpar.sampling.errors import NonFiniteObservationError, WorkerPoolError
 
@@ -18,4 +18,4 @@ class CheckpointWriteError(CheckpointError):
 
 # A run stops on these with a final checkpoint where one can still be written, and one line.
 TRAINING_STOPS = (NonFiniteLossError, NonFiniteObservationError, WorkerPoolError, CheckpointWriteError, RunDirError,
-                  EnvironmentFailedError, RayInstanceLostError)
+                  EnvironmentFailedError, RayInstanceLostError, LearnerGroupError)

@@ -43,6 +43,7 @@ class Sampler(ABC):
     sync_modes = ("blocking", "non_blocking")
     in_learner_process = False  # its environments step in the learner's process (no copies between processes)
     uses_ray = False
+    learner_groups = False  # can start a learner group (learners > 1)
 
     @classmethod
     def worker_process_kind(cls, config) -> str | None:

@@ -44,6 +44,7 @@ class EnvRunner:
 
 class DistributedSampler(WorkerPoolSampler):
     uses_ray = True
+    learner_groups = True
 
     @classmethod
     def worker_process_kind(cls, config) -> str | None:
@@ -68,12 +69,14 @@ class DistributedSampler(WorkerPoolSampler):
         ray_address: str | None = None,
         ray_num_cpus: float | None = None,
         cpus_per_worker: float = 0.1,
+        cpus_per_learner: float = 0.5,
         object_store_mb: int = 256,
         **pool_kwargs,
     ):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
         rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
         super().__init__(name=name, **pool_kwargs)
+        self.cpus_per_learner = cpus_per_learner
         from rlpar.cluster.connection import RayConnection
 
         self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
@@ -147,6 +150,16 @@ class DistributedSampler(WorkerPoolSampler):
                 **settings, **({} if state is None else {"state": state}))
 
         return self.keep_service(ActorService(ray=ray, start=start, name=name, on_lost=on_lost))
+
+    def start_learner_group(self, *, make_algorithm, world_size: int, seed: int, torch_threads: int,
+                            timeout_s: float, max_restarts: int):
+        """Ranks 1..world_size-1 of a learner group as Ray actors (rlpar.learners.group); rank 0
+        is the algorithm in this process. Stopped by the algorithm, before this sampler closes."""
+        from rlpar.learners.group import LearnerGroup
+
+        return LearnerGroup(ray=self.ray, make_algorithm=make_algorithm, world_size=world_size, seed=seed,
+                            cpus_per_learner=self.cpus_per_learner, torch_threads=torch_threads,
+                            timeout_s=timeout_s, max_restarts=max_restarts)
 
     def _set_inference_weights(self, weights: dict, version: int) -> None:
         """Every round (a restarted server has none), waited for: in blocking mode the round's

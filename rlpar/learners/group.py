@@ -1,0 +1,186 @@
+"""The learner group (`learners=N`): rank 0 is the driver's own algorithm, ranks 1..N-1 are Ray
+actors holding replicas of it, one bundle each of a placement group that keeps rank 0's bundle on
+the driver's node and spreads the others (docs/learners.md).
+
+The handle the algorithm sees is `learn(algorithm, inputs)`: shard, learn everywhere, return
+rank 0's diagnostics. A rank that dies or never answers ends the update on every survivor (the
+process group's timeout), rank 0 returns to its weights before the update, and the group is
+started again from them and learns the same inputs; `restarts` counts it."""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import time
+
+import numpy as np
+import torch
+
+from rlpar.errors import LearnerGroupError, first_line
+from rlpar.learners.collective import join_group, leave_group
+
+PLACEMENT_TIMEOUT_S = 120  # a cluster without room for the group is named, not waited on forever
+
+
+class LearnerRank:
+    """One rank of the group in its own process: a replica of the algorithm built without a
+    sampler, whose random generator is its own (each rank shuffles its own columns)."""
+
+    def __init__(self, *, make_algorithm, rank: int, seed: int, torch_threads: int):
+        torch.set_num_threads(torch_threads)
+        self.rank, self.seed = rank, seed
+        self.algorithm = make_algorithm()
+
+    def location(self) -> tuple[str, int]:
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def join(self, *, address: str, port: int, world_size: int, timeout_s: float, state: dict, rng: dict | None) -> None:
+        """Take rank 0's state, this rank's random state (fresh from the seed and rank when none
+        was kept), and meet the others."""
+        self.algorithm.load_state_dict(state)
+        set_rank_rng(self.algorithm, rng if rng is not None else fresh_rank_rng(self.seed, self.rank))
+        collective = join_group(rank=self.rank, world_size=world_size, address=address, port=port, timeout_s=timeout_s)
+        self.algorithm.join_learner_group(collective)
+
+    def learn(self, inputs: dict) -> dict:
+        """This rank's part of one update; returns its random state after it (rank 0 keeps it for checkpoints)."""
+        self.algorithm.learn(inputs)
+        return rank_rng(self.algorithm)
+
+    def leave(self) -> None:
+        leave_group()
+
+
+def fresh_rank_rng(seed: int, rank: int) -> dict:
+    return {"numpy": np.random.default_rng([seed, 7, rank]).bit_generator.state,
+            "torch": torch.Generator().manual_seed(seed * 1000 + rank).get_state()}
+
+
+def rank_rng(algorithm) -> dict:
+    """The random state a rank's gradient steps draw from: its minibatch shuffles (numpy) and torch's."""
+    rng = getattr(algorithm, "rng", None)
+    return {"numpy": rng.bit_generator.state if rng is not None else None, "torch": torch.get_rng_state()}
+
+
+def set_rank_rng(algorithm, state: dict) -> None:
+    rng = getattr(algorithm, "rng", None)
+    if rng is not None and state["numpy"] is not None:
+        rng.bit_generator.state = state["numpy"]
+    torch.set_rng_state(state["torch"])
+
+
+class LearnerGroup:
+    """Ranks 1..N-1 of the group, started on a Ray cluster; rank 0 is the algorithm handed to `learn`."""
+
+    def __init__(self, *, ray, make_algorithm, world_size: int, seed: int, cpus_per_learner: float,
+                 torch_threads: int, timeout_s: float, max_restarts: int, log=print):
+        self.ray, self.make_algorithm, self.world_size, self.seed = ray, make_algorithm, world_size, seed
+        self.cpus_per_learner, self.torch_threads = cpus_per_learner, torch_threads
+        self.timeout_s, self.max_restarts, self.log = timeout_s, max_restarts, log
+        self.restarts, self.consecutive_failures = 0, 0
+        self.actors, self.placement, self.joined = [], None, False
+        self.rank_rngs: list[dict] | None = None  # ranks 1..N-1's random states after the last update
+        self.locations: list[tuple[str, int]] = []
+        self.start()
+
+    # -- the group's processes ---------------------------------------------------------------
+    def start(self) -> None:
+        """A placement group of N bundles, bundle 0 (rank 0's) on the driver's node, SPREAD: on
+        a cluster of several nodes the other ranks go to other nodes. Then ranks 1..N-1 in it."""
+        from ray.util import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        ray = self.ray
+        driver_node = ray.get_runtime_context().get_node_id()
+        self.placement = placement_group(
+            [{"CPU": self.cpus_per_learner}] * self.world_size, strategy="SPREAD",
+            bundle_label_selector=[{"ray.io/node-id": driver_node}] + [{}] * (self.world_size - 1))
+        try:
+            ray.get(self.placement.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            self.remove_placement()
+            raise LearnerGroupError(
+                f"learners={self.world_size}: the Ray cluster found no room for {self.world_size} bundles of "
+                f"{self.cpus_per_learner} CPU in {PLACEMENT_TIMEOUT_S} s (ray.cpus_per_learner; free: "
+                f"{ray.available_resources().get('CPU', 0):g} CPU)") from None
+        rank_cls = ray.remote(LearnerRank)
+        self.actors = [
+            rank_cls.options(num_cpus=self.cpus_per_learner, max_restarts=0, enable_task_events=False,
+                             scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                 placement_group=self.placement, placement_group_bundle_index=rank)).remote(
+                make_algorithm=self.make_algorithm, rank=rank, seed=self.seed, torch_threads=self.torch_threads)
+            for rank in range(1, self.world_size)]
+        self.locations = [(driver_node, os.getpid())] + ray.get([a.location.remote() for a in self.actors],
+                                                                timeout=PLACEMENT_TIMEOUT_S)
+        nodes = len({node for node, _ in self.locations})
+        self.log(f"learners: {self.world_size} ranks on {nodes} node(s), pids "
+                 + ", ".join(str(pid) for _, pid in self.locations))
+        self.joined = False
+
+    def join(self, algorithm) -> None:
+        """Every rank meets rank 0 (this process) at a free port of this node, with rank 0's state."""
+        address = self.ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((address, 0))
+            port = s.getsockname()[1]
+        state = self.ray.put(copy.deepcopy(algorithm.state_dict()))
+        rngs = self.rank_rngs if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors) else [None] * len(self.actors)
+        refs = [actor.join.remote(address=address, port=port, world_size=self.world_size, timeout_s=self.timeout_s,
+                                  state=state, rng=rng) for actor, rng in zip(self.actors, rngs)]
+        collective = join_group(rank=0, world_size=self.world_size, address=address, port=port, timeout_s=self.timeout_s)
+        algorithm.join_learner_group(collective)
+        self.ray.get(refs, timeout=self.timeout_s)
+        self.joined = True
+
+    def stop(self) -> None:
+        leave_group()
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors = []
+        self.remove_placement()
+        self.joined = False
+
+    def remove_placement(self) -> None:
+        if self.placement is not None:
+            from ray.util import remove_placement_group
+
+            remove_placement_group(self.placement)
+            self.placement = None
+
+    # -- one update --------------------------------------------------------------------------
+    def learn(self, algorithm, inputs: dict) -> dict:
+        """Rank 0's diagnostics of one update learned by every rank on its shard of `inputs`. A
+        lost rank: rank 0's weights before the update, the group again, the same inputs."""
+        before = copy.deepcopy(algorithm.state_dict())
+        while True:
+            try:
+                if not self.joined:
+                    self.join(algorithm)
+                shards = algorithm.shard_inputs(inputs, self.world_size)
+                refs = [actor.learn.remote(shard) for actor, shard in zip(self.actors, shards[1:])]
+                stats = algorithm.learn(shards[0])
+                self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
+                self.consecutive_failures = 0
+                return stats
+            except (RuntimeError, self.ray.exceptions.RayError) as err:
+                self.recover(algorithm, before, err)
+
+    def recover(self, algorithm, before: dict, err: Exception) -> None:
+        """Tear the group down, return rank 0 to `before`, start the group again (or stop the run
+        after max_restarts failures in a row)."""
+        self.consecutive_failures += 1
+        self.restarts += 1
+        cause = f"{type(err).__name__}: {first_line(err)}"
+        self.stop()
+        algorithm.leave_learner_group()
+        algorithm.load_state_dict(before)
+        if self.consecutive_failures > self.max_restarts:
+            raise LearnerGroupError(f"learners={self.world_size}: the learner group failed {self.consecutive_failures} "
+                                    f"times in a row; stopping (last: {cause})")
+        self.log(f"learners: a rank was lost ({cause}); restarting the group from rank 0's weights "
+                 f"(restart {self.restarts})")
+        time.sleep(min(self.consecutive_failures, 5))
+        self.start()
