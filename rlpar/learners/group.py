@@ -50,8 +50,8 @@ class LearnerRank:
         self.algorithm.learn(inputs)
         return rank_rng(self.algorithm)
 
-    def leave(self) -> None:
-        leave_group()
+    def random_state(self) -> dict:
+        return rank_rng(self.algorithm)
 
 
 def fresh_rank_rng(seed: int, rank: int) -> dict:
