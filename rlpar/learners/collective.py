@@ -13,14 +13,24 @@ import torch
 import torch.distributed as dist
 
 
-def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float) -> "Collective":
-    """Join (or, on rank 0, open) the gloo group that `world_size` learners meet in at
-    `address:port`; every collective op then fails after `timeout_s` if a peer is missing."""
+def meeting_point(address: str) -> socket.socket:
+    """Where rank 0 opens the group: a socket listening on `address` only (torch's own store
+    would listen on every interface), on a port free from now on."""
+    return socket.create_server((address, 0), family=socket.AF_INET6 if ":" in address else socket.AF_INET)
+
+
+def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float,
+               listening: socket.socket | None = None) -> "Collective":
+    """Join (or, on rank 0, open: at `listening` where given) the gloo group that `world_size`
+    learners meet in at `address:port`; every collective op then fails after `timeout_s` if a
+    peer is missing."""
     leave_group()  # a rank joining again (a restarted group, a resume) leaves its old group first
     if address.startswith("127."):  # gloo's pairs bind the host name's interface unless told: stay on loopback
         os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
-    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False,
+                          master_listen_fd=listening.detach() if listening is not None else None)  # the store's now
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     return Collective(rank=rank, world_size=world_size)
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import time
 
 import numpy as np
 import torch
 
 from rlpar.errors import LearnerGroupError, first_line
-from rlpar.learners.collective import join_group, leave_group
+from rlpar.learners.collective import join_group, leave_group, meeting_point
 
 PLACEMENT_TIMEOUT_S = 120  # a cluster without room for the group is named, not waited on forever
 
@@ -123,14 +122,14 @@ class LearnerGroup:
     def join(self, algorithm) -> None:
         """Every rank meets rank 0 (this process) at a free port of this node, with rank 0's state."""
         address = self.ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((address, 0))
-            port = s.getsockname()[1]
+        listening = meeting_point(address)
+        port = listening.getsockname()[1]
         state = self.ray.put(copy.deepcopy(algorithm.state_dict()))
         rngs = self.rank_rngs if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors) else [None] * len(self.actors)
         refs = [actor.join.remote(address=address, port=port, world_size=self.world_size, timeout_s=self.timeout_s,
                                   state=state, rng=rng) for actor, rng in zip(self.actors, rngs)]
-        collective = join_group(rank=0, world_size=self.world_size, address=address, port=port, timeout_s=self.timeout_s)
+        collective = join_group(rank=0, world_size=self.world_size, address=address, port=port,
+                                timeout_s=self.timeout_s, listening=listening)
         algorithm.join_learner_group(collective)
         self.ray.get(refs, timeout=self.timeout_s)
         self.joined = True
