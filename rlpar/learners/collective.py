@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -50,6 +51,14 @@ class Collective:
 
     def __init__(self, *, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
+        self.gradient_reductions, self.gradient_reduction_s = 0, 0.0  # what averaging gradients costs, waits included
+
+    def reduction_costs(self) -> dict:
+        """What averaging gradients cost since the last call (logged by rank 0)."""
+        costs = {"time_gradient_allreduce_s": self.gradient_reduction_s,
+                 "gradient_allreduce_ms": 1000 * self.gradient_reduction_s / max(self.gradient_reductions, 1)}
+        self.gradient_reductions, self.gradient_reduction_s = 0, 0.0
+        return costs
 
     def average_gradients(self, parameters: list[torch.Tensor], *, samples: int) -> None:
         """Each rank's gradient is that of a mean over its `samples`: weighting by them gives the
@@ -59,7 +68,10 @@ class Collective:
         flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(1)])
         flat[:-1] *= samples
         flat[-1] = samples
+        start = time.perf_counter()
         dist.all_reduce(flat)
+        self.gradient_reduction_s += time.perf_counter() - start
+        self.gradient_reductions += 1
         flat[:-1] /= flat[-1]
         offset = 0
         for p, g in zip(parameters, grads):

@@ -163,7 +163,7 @@ class LearnerGroup:
                 stats = algorithm.learn(shards[0])
                 self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
                 self.consecutive_failures = 0
-                return stats
+                return {**stats, **algorithm.collective.reduction_costs()}
             except (RuntimeError, self.ray.exceptions.RayError) as err:
                 self.recover(algorithm, before, err)
 
