@@ -18,6 +18,7 @@ import torch
 
 from rlpar.errors import LearnerGroupError, first_line
 from rlpar.learners.collective import join_group, leave_group, meeting_point
+from rlpar.learning.errors import NonFiniteLossError
 
 PLACEMENT_TIMEOUT_S = 120  # a cluster without room for the group is named, not waited on forever
 
@@ -164,7 +165,9 @@ class LearnerGroup:
                 self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
                 self.consecutive_failures = 0
                 return {**stats, **algorithm.collective.reduction_costs()}
-            except (RuntimeError, self.ray.exceptions.RayError) as err:
+            except NonFiniteLossError:  # the same gradient on every rank: the run's own stop, not a lost rank
+                raise
+            except (RuntimeError, self.ray.exceptions.RayError) as err:  # gloo's errors are RuntimeErrors
                 self.recover(algorithm, before, err)
 
     def recover(self, algorithm, before: dict, err: Exception) -> None:
