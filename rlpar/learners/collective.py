@@ -91,15 +91,16 @@ class Collective:
         return (weighted[:-1] / weighted[-1]).to(values.dtype).view_as(values)
 
     def normalize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-        """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std),
-        in two passes like torch's own std."""
-        count_and_sum = self.sum(torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64),
-                                              x.detach().to(torch.float64).sum()]))
-        count, mean = count_and_sum[0], count_and_sum[1] / count_and_sum[0]
+        """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std):
+        one all-reduce of count, sum and sum of squares, in float64 (exact enough for advantages,
+        and one round trip per minibatch instead of two)."""
+        x64 = x.detach().to(torch.float64)
+        count, total, squares = self.sum(torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64),
+                                                      x64.sum(), (x64 * x64).sum()]))
+        mean = total / count
         if count <= 1:
             return x - mean.to(x.dtype)
-        squares = self.sum(((x.detach().to(torch.float64) - mean) ** 2).sum().reshape(1))[0]
-        std = torch.sqrt(squares / (count - 1))
+        std = torch.sqrt(torch.clamp(squares - count * mean * mean, min=0) / (count - 1))
         return (x - mean.to(x.dtype)) / (std.to(x.dtype) + eps)
 
     def smallest(self, value: int) -> int:
