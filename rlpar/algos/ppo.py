@@ -109,9 +109,21 @@ class PPO(Algorithm):
         lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
+        size = int(batch.valid.sum())  # each epoch's shuffle, drawn here: in a group, rank 0 deals them out
         return {"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp, "old_values": batch.values,
                 "advantages": advantages, "returns": returns, "valid": batch.valid, "lr": lr,
-                "lagged": batch.policy_version < self.version}
+                "lagged": batch.policy_version < self.version,
+                "orders": [self.rng.permutation(size) for _ in range(self.epochs)]}
+
+    def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
+        """Each rank's environment columns, and its part of every minibatch one learner would
+        take (rlpar.learners.shard.minibatch_shares): the group learns what one learner learns."""
+        from rlpar.learners.shard import column_shards, minibatch_shares, take_columns
+
+        arrays = {k: v for k, v in inputs.items() if k != "orders"}
+        columns = column_shards(inputs["valid"].shape[1], world_size)
+        shares = minibatch_shares(inputs["valid"], columns, inputs["orders"], self.minibatch_size)
+        return [{**take_columns(arrays, cols), "minibatches": share} for cols, share in zip(columns, shares)]
 
     def learn(self, inputs: dict) -> dict:
         """The gradient steps of one update on time-major [T, E] inputs: the whole batch, or in a
@@ -125,7 +137,7 @@ class PPO(Algorithm):
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
         if inputs["lagged"]:
             self.decouple_from_behaviour(data)
-        return self.optimise(data)
+        return self.optimise(data, inputs)
 
     def join_learner_group(self, collective) -> None:
         """Gradient steps that average gradients between their backward and their clip: eager
@@ -145,21 +157,17 @@ class PPO(Algorithm):
         data["behaviour_weights"] = (current_logp - data["old_logp"]).exp()
         data["old_logp"] = current_logp
 
-    def optimise(self, data: dict) -> dict:
+    def optimise(self, data: dict, inputs: dict | None = None) -> dict:
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
         and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
-        once per epoch or update from detached log-probabilities, not in every step."""
-        size = len(data["obs"])
-        mb, count = self.minibatch_plan(size)
-        unroll = self.gradient_step.unroll
+        once per epoch or update from detached log-probabilities, not in every step.
+        `inputs`: the shuffles (and in a group this rank's minibatch shares); None: drawn here."""
+        if inputs is None:
+            inputs = {"orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)]}
         losses, epoch_stats = [], []
-        for _ in range(self.epochs):
-            order = torch.from_numpy(self.rng.permutation(size))
-            shuffled = {k: v[order] for k, v in data.items()}
+        for epoch in range(self.epochs):
             new_logps, old_logps = [], []
-            for first in range(0, count, unroll):  # `unroll` minibatches at a time (one compiled graph)
-                group = min(unroll, count - first)
-                part = {k: v[first * mb : (first + group) * mb].view(group, mb, *v.shape[1:]) for k, v in shuffled.items()}
+            for part in self.epoch_minibatches(data, inputs, epoch):
                 _, p_loss, v_loss, logp = self.gradient_step.steps(**part)
                 losses.append(torch.stack((p_loss, v_loss), dim=1))
                 new_logps.append(logp.reshape(-1))
@@ -171,7 +179,7 @@ class PPO(Algorithm):
             if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
                 break
         self.gradient_step.settle()
-        loss_policy, loss_value = torch.cat(losses).mean(0).tolist()
+        loss_policy, loss_value = torch.cat(losses).nanmean(0).tolist()  # (a rank's share of a minibatch may be empty)
         kl, clip_frac = torch.stack(epoch_stats).mean(0).tolist()
         with torch.no_grad():
             _, entropy, _ = self.model.evaluate_actions(data["obs"], data["actions"])
@@ -189,18 +197,24 @@ class PPO(Algorithm):
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
 
-    def minibatch_plan(self, size: int) -> tuple[int, int]:
-        """The minibatch size and the minibatches per epoch (the remainder is left out). In a
-        learner group each rank takes its share of `minibatch_size` from its own columns, as many
-        minibatches as the rank with the fewest valid steps can, so that all step together; a
-        minibatch as large as the whole batch is each rank's whole shard."""
-        if self.collective is None:
-            mb = min(self.minibatch_size, size)
-            return mb, size // mb
-        if self.minibatch_size >= int(self.collective.sum(torch.tensor([size]))[0]):
-            return size, 1
-        mb = max(self.minibatch_size // self.collective.world_size, 1)
-        return mb, self.collective.smallest(size // mb)
+    def epoch_minibatches(self, data: dict, inputs: dict, epoch: int):
+        """One epoch's minibatches, each with a leading dimension of minibatches: alone,
+        contiguous views of the shuffled data, `unroll` at a time (one compiled graph); in a
+        group, this rank's rows of each (`shard_inputs`), one at a time."""
+        share = inputs.get("minibatches")
+        if share is not None:
+            order, ends = torch.from_numpy(share["orders"][epoch]), share["ends"][epoch]
+            for start, end in zip([0, *ends[:-1]], ends):
+                rows = order[start:end]
+                yield {k: v[rows][None] for k, v in data.items()}
+            return
+        size = len(data["obs"])
+        mb = min(self.minibatch_size, size)
+        count, unroll = size // mb, self.gradient_step.unroll  # (the remainder is left out)
+        shuffled = {k: v[torch.from_numpy(inputs["orders"][epoch])] for k, v in data.items()}
+        for first in range(0, count, unroll):
+            group = min(unroll, count - first)
+            yield {k: v[first * mb : (first + group) * mb].view(group, mb, *v.shape[1:]) for k, v in shuffled.items()}
 
     def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None):
         """The loss of one minibatch and its parts (what algo.compile compiles).

@@ -64,7 +64,8 @@ class Collective:
         """Each rank's gradient is that of a mean over its `samples`: weighting by them gives the
         gradient of the mean over every rank's samples, as one learner on the whole minibatch
         would have it. One all-reduce of a flat buffer (the sample count rides at its end)."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
+        # (a rank without samples in this minibatch contributes nothing: its loss was a mean over none)
+        grads = [p.grad if p.grad is not None and samples else torch.zeros_like(p) for p in parameters]
         flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(1)])
         flat[:-1] *= samples
         flat[-1] = samples
@@ -86,7 +87,8 @@ class Collective:
 
     def mean(self, values: torch.Tensor, *, samples: int) -> torch.Tensor:
         """The mean over every rank's samples of per-rank means over `samples` each."""
-        weighted = self.sum(torch.cat([values.detach().reshape(-1).to(torch.float64) * samples,
+        mine = values.detach().reshape(-1).to(torch.float64) if samples else values.new_zeros(values.numel(), dtype=torch.float64)
+        weighted = self.sum(torch.cat([mine * samples,
                                        torch.tensor([float(samples)], dtype=torch.float64)]))
         return (weighted[:-1] / weighted[-1]).to(values.dtype).view_as(values)
 

@@ -18,3 +18,31 @@ def take_columns(arrays: dict, columns: np.ndarray) -> dict:
     anything else (scalars, flags) as it is."""
     return {name: np.ascontiguousarray(a[:, columns]) if isinstance(a, np.ndarray) and a.ndim >= 2 else a
             for name, a in arrays.items()}
+
+
+def minibatch_shares(valid: np.ndarray, columns: list[np.ndarray], orders: list[np.ndarray],
+                     minibatch_size: int) -> list[dict]:
+    """Each rank's part of the minibatches one learner would take from the whole batch: per
+    epoch, the rank's valid steps (indices among its own, in valid_step_tensors' time-major
+    order) in the order `orders` (permutations of all valid steps) visits them, and where each
+    minibatch ends. The union of the ranks' j-th minibatches is one learner's j-th minibatch, so
+    a group's sample-weighted gradient is that learner's gradient."""
+    _, step_columns = np.nonzero(valid)
+    rank_of_column = np.empty(valid.shape[1], dtype=np.int64)
+    for rank, cols in enumerate(columns):
+        rank_of_column[cols] = rank
+    step_ranks = rank_of_column[step_columns]
+    local = np.empty(len(step_ranks), dtype=np.int64)  # each step's index among its rank's steps
+    for rank in range(len(columns)):
+        mine = step_ranks == rank
+        local[mine] = np.arange(int(mine.sum()))
+    mb = min(minibatch_size, len(step_ranks))
+    count = len(step_ranks) // mb if mb else 0
+    shares = [{"orders": [], "ends": []} for _ in columns]
+    for order in orders:
+        used = np.asarray(order[: count * mb])
+        for rank, share in enumerate(shares):
+            mine = step_ranks[used] == rank
+            share["orders"].append(local[used[mine]])
+            share["ends"].append(np.cumsum(mine.reshape(count, mb).sum(axis=1)))
+    return shares

@@ -10,7 +10,6 @@ import torch
 
 from rlpar.algos.ppo import PPO
 from rlpar.learners.collective import join_group, leave_group
-from rlpar.learners.shard import column_shards, take_columns
 from tests.rollouts import cartpole_rollout
 
 pytestmark = pytest.mark.slow  # starts processes
@@ -53,10 +52,10 @@ def learn_in_group(policy_spec, updates: list[dict], world_size: int, options: d
     """Each rank's weights after `updates` (whole-batch inputs, cut by environment column)."""
     context = multiprocessing.get_context("spawn")
     results, port = context.Queue(), free_port()
-    columns = column_shards(updates[0]["valid"].shape[1], world_size)
+    shards = [make_ppo(policy_spec, **options).shard_inputs(inputs, world_size) for inputs in updates]
     processes = [context.Process(target=learner_rank, daemon=True,
                                  args=(rank, world_size, port, policy_spec,
-                                       [take_columns(inputs, columns[rank]) for inputs in updates], options, results))
+                                       [update[rank] for update in shards], options, results))
                  for rank in range(world_size)]
     for p in processes:
         p.start()
@@ -93,12 +92,17 @@ def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(rollout):
 
 def test_ranks_keep_identical_weights_through_minibatch_updates(rollout):
     """Shuffled minibatches, several epochs, two updates: every rank ends with the same weights,
-    bit for bit (they all apply the same all-reduced gradient)."""
+    bit for bit (they all apply the same all-reduced gradient), and with one learner's weights."""
     policy_spec, batch = rollout
     options = {"epochs": 3, "minibatch_size": 32}
     inputs = whole_batch_inputs(policy_spec, batch, **options)
     rank0, rank1 = learn_in_group(policy_spec, [inputs, inputs], 2, options)
-    start = make_ppo(policy_spec, **options).model.state_dict()
+    alone = make_ppo(policy_spec, **options)
+    start = {k: v.clone() for k, v in alone.model.state_dict().items()}
+    for _ in range(2):
+        alone.learn(inputs)
     assert not torch.equal(rank0["weights.0"], start["weights.0"])
-    for name in rank0:
+    for name, expected in alone.model.state_dict().items():
         assert torch.equal(rank0[name], rank1[name]), name
+        # each rank's rows of one learner's minibatches: the group learns what one learner learns
+        np.testing.assert_allclose(rank0[name].numpy(), expected.numpy(), rtol=0, atol=1e-5, err_msg=name)

@@ -113,9 +113,9 @@ def test_value_clip_range_is_centred_on_the_old_value():
 class RecordingPPO(PPO):
     """PPO that keeps what its update optimises on (the inputs after GAE and any decoupling)."""
 
-    def optimise(self, data: dict) -> dict:
+    def optimise(self, data: dict, inputs: dict | None = None) -> dict:
         self.optimised = {k: v.clone() for k, v in data.items()}
-        return super().optimise(data)
+        return super().optimise(data, inputs)
 
 
 def test_an_on_policy_batch_keeps_its_behaviour_log_probabilities(rollout):
