@@ -116,21 +116,12 @@ class PPO(Algorithm):
         learner group this rank's environment columns of it (rlpar.learners.shard). Everything
         that reads the whole batch or keeps running statistics (rewards, GAE, the observation
         normaliser) happened before, on rank 0."""
-        if self.collective is not None:
-            self.collective.broadcast_module(self.model, parameters=False)  # rank 0's observation statistics
-            self.optimizer.param_groups[0]["lr"] = inputs["lr"]
+        self.receive_from_rank0(inputs)
         data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
         if inputs["lagged"]:
             self.decouple_from_behaviour(data)
         return self.optimise(data)
-
-    def join_learner_group(self, collective) -> None:
-        """Gradient steps that average gradients between their backward and their clip: eager
-        (a compiled step clips and applies inside its graph)."""
-        super().join_learner_group(collective)
-        self.compiled = False
-        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=False)
 
     @torch.no_grad()
     def decouple_from_behaviour(self, data: dict) -> None:
@@ -186,19 +177,6 @@ class PPO(Algorithm):
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
-
-    def minibatch_plan(self, size: int) -> tuple[int, int]:
-        """The minibatch size and the minibatches per epoch (the remainder is left out). In a
-        learner group each rank takes its share of `minibatch_size` from its own columns, as many
-        minibatches as the rank with the fewest valid steps can, so that all step together; a
-        minibatch as large as the whole batch is each rank's whole shard."""
-        if self.collective is None:
-            mb = min(self.minibatch_size, size)
-            return mb, size // mb
-        if self.minibatch_size >= int(self.collective.sum(torch.tensor([size]))[0]):
-            return size, 1
-        mb = max(self.minibatch_size // self.collective.world_size, 1)
-        return mb, self.collective.smallest(size // mb)
 
     def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None):
         """The loss of one minibatch and its parts (what algo.compile compiles).

@@ -18,3 +18,11 @@ def take_columns(arrays: dict, columns: np.ndarray) -> dict:
     anything else (scalars, flags) as it is."""
     return {name: np.ascontiguousarray(a[:, columns]) if isinstance(a, np.ndarray) and a.ndim >= 2 else a
             for name, a in arrays.items()}
+
+
+def row_ranges(rows: int, world_size: int) -> list[tuple[int, int]]:
+    """Each rank's rows of a minibatch of `rows` (replay transitions, not sequences):
+    contiguous [start, stop), sizes differing by at most one."""
+    if rows < world_size:
+        raise ValueError(f"a minibatch of {rows} rows cannot be shared by {world_size} learners (one row each at least)")
+    return [(int(part[0]), int(part[-1]) + 1) for part in np.array_split(np.arange(rows), world_size)]
