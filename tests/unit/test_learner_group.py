@@ -36,7 +36,11 @@ def make(algo: str, policy_spec, **options):
 
 @pytest.fixture(scope="module")
 def rollout():
-    return cartpole_rollout(lambda spec: make("ppo", spec))
+    """Seed 2: environment columns 0-1 hold 63 valid steps, 2-3 hold 62, so that the halves'
+    gradients must be weighted by their sample counts."""
+    policy_spec, batch = cartpole_rollout(lambda spec: make("ppo", spec), seed=2)
+    assert batch.valid[:, :2].sum() != batch.valid[:, 2:].sum()
+    return policy_spec, batch
 
 
 @pytest.fixture(scope="module")
