@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import valid_step_tensors
 from rlpar.learning.step import LearningRate
 from rlpar.learning.actor_critic import ActorCriticLoss
 from rlpar.learning.compiled import EagerStep, compile_setting, gradient_step
@@ -82,20 +81,14 @@ class A2C(Algorithm):
     def learning_inputs(self, batch) -> dict:
         """The advantages and returns of the whole batch, time-major [T, E], with the learning
         rate: done once (on rank 0 in a learner group), as they advance running statistics."""
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        lr = self.count_steps(batch)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
         return {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns,
                 "valid": batch.valid, "lr": lr}
 
     def learn(self, inputs: dict) -> dict:
-        """The gradient step on the valid steps of `inputs`: the whole batch, or in a learner
-        group this rank's environment columns of it."""
-        self.receive_from_rank0(inputs)
-        data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
-        _, parts = self.gradient_step(**data)
-        self.gradient_step.settle()
-        return {**self.loss_stats(parts), "gradient_steps": 1}
+        """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
+        return {**self.loss_stats(self.step_on_valid_steps(inputs, LEARNING_ARRAYS)), "gradient_steps": 1}
 
     def join_learner_group(self, collective) -> None:
         """Eager steps, the loss included (with RMSprop a compiled loss would trace the

@@ -99,8 +99,7 @@ class APPO(Algorithm):
         """V-trace targets and advantages of the whole batch from the target network, time-major
         [T, E], with the learning rate: per environment column, done once (on rank 0 in a
         learner group, whose ranks' target networks are all the same)."""
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        lr = self.count_steps(batch)
         with torch.no_grad():  # targets from the target network, computed once per batch
             inputs, _, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
         vs, advantages = compute_vtrace(**inputs, **self.vtrace)

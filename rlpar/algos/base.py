@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rlpar.learning.batch_tensors import explained_variance
+from rlpar.learning.batch_tensors import explained_variance, valid_step_tensors
 from rlpar.learning.compiled import CompiledStep
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
@@ -180,6 +180,20 @@ class Algorithm(ABC):
         if isinstance(getattr(self, "gradient_step", None), CompiledStep):
             self.gradient_step = self.gradient_step.eager
         self.compiled = False
+
+    def count_steps(self, batch: Batch) -> float:
+        """The batch's steps counted as seen; the learning rate they bring (`self.lr`), set."""
+        self.steps_seen += batch.num_steps
+        return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+
+    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...]):
+        """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
+        in a learner group this rank's environment columns of it); the loss's parts."""
+        self.receive_from_rank0(inputs)
+        _, parts = self.gradient_step(**valid_step_tensors({name: inputs[name] for name in names}, inputs["valid"],
+                                                           self.device))
+        self.gradient_step.settle()
+        return parts
 
     def receive_from_rank0(self, inputs: dict) -> None:
         """What `learn` takes from rank 0 before its gradient steps, in a group: the model's

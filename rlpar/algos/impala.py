@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import valid_step_tensors, vtrace_inputs
+from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
@@ -84,8 +84,7 @@ class IMPALA(Algorithm):
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch, time-major [T, E], with the
         learning rate: per environment column, done once (on rank 0 in a learner group)."""
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        lr = self.count_steps(batch)
         with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
@@ -93,13 +92,8 @@ class IMPALA(Algorithm):
                 "valid": batch.valid, "lr": lr}
 
     def learn(self, inputs: dict) -> dict:
-        """The gradient step on the valid steps of `inputs`: the whole batch, or in a learner
-        group this rank's environment columns of it."""
-        self.receive_from_rank0(inputs)
-        data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
-        _, parts = self.gradient_step(**data)
-        self.gradient_step.settle()
-        loss_policy, loss_value, loss_entropy = parts.tolist()
+        """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
+        loss_policy, loss_value, loss_entropy = self.step_on_valid_steps(inputs, LEARNING_ARRAYS).tolist()
         return {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
                 "gradient_steps": 1, "nonfinite_updates": self.step.nonfinite_updates}
 

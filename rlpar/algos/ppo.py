@@ -103,8 +103,7 @@ class PPO(Algorithm):
         """What the gradient steps take from a batch, time-major [T, E], with the learning rate:
         the part of an update that reads the whole batch and advances running statistics
         (steps seen, rewards), done once (on rank 0 in a learner group)."""
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        lr = self.count_steps(batch)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
         return {"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp, "old_values": batch.values,

@@ -60,7 +60,8 @@ def replay_updates(q_rollout, options, count):
     CartPole transitions."""
     policy_spec, batch = q_rollout
     dqn = make("dqn", policy_spec, **options)
-    dqn.build_replay()  # built without a sampler, as a group's other ranks are: no replay until asked
+    assert not hasattr(dqn, "storage")  # built without a sampler, as a group's other ranks are: no replay
+    dqn.build_replay()
     assert dqn.insert(batch) > options["batch_size"]
     lr = dqn.optimizer.param_groups[0]["lr"]
     return policy_spec, [dqn.learning_inputs(lr=lr, most=2)[1] for _ in range(count)]
