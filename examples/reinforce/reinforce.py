@@ -36,11 +36,13 @@ class Reinforce(Algorithm):
         value_coef: float = 0.5,
         max_grad_norm: float = 0.5,
         normalize_advantages: bool = True,
+        precision: str = "fp32",
     ):
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed,
                          device=device, gamma=gamma)
         self.gamma, self.value_coef, self.normalize_advantages = gamma, value_coef, normalize_advantages
-        self.set_optimizer(LeanAdam(self.parameters, lr=lr), max_grad_norm=max_grad_norm, max_consecutive_nonfinite=20)
+        self.set_optimizer(LeanAdam(self.parameters, lr=lr), max_grad_norm=max_grad_norm, max_consecutive_nonfinite=20,
+                           precision=precision)  # fp32, bf16 or fp16 (torch.autocast; fp16 with a loss scaler)
 
     def training_step(self) -> StepResult:
         batch, metrics = self.sample()  # [T, N] arrays acted by the current weights, and the sampler's timings
@@ -60,12 +62,13 @@ class Reinforce(Algorithm):
             obs = torch.as_tensor(batch.obs[keep], device=self.device)
             actions = torch.as_tensor(batch.actions[keep], device=self.device)
             target = torch.as_tensor(returns[keep], device=self.device)
-            logp, entropy, values = self.model.evaluate_actions(obs, actions)
-            advantages = target - values.detach()
-            if self.normalize_advantages:
-                advantages = normalize(advantages)
-            loss_policy = policy_gradient_loss(logp, advantages)
-            loss_value = value_loss(values, target, None, None)
+            with self.step.autocast():  # the forward pass and loss in algo.precision
+                logp, entropy, values = self.model.evaluate_actions(obs, actions)
+                advantages = target - values.detach()
+                if self.normalize_advantages:
+                    advantages = normalize(advantages)
+                loss_policy = policy_gradient_loss(logp, advantages)
+                loss_value = value_loss(values, target, None, None)
             self.step(loss_policy + self.value_coef * loss_value)  # backward, clip, Adam; NaN steps skipped
             metrics.update(loss_policy=loss_policy.item(), loss_value=loss_value.item(),
                            entropy=entropy.mean().item())

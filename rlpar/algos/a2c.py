@@ -49,6 +49,7 @@ class A2C(Algorithm):
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        precision: str = "fp32",
     ):
         """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
@@ -62,10 +63,11 @@ class A2C(Algorithm):
         self.optimizer_settings = dict(optimizer=optimizer, lr=lr, optimizer_eps=optimizer_eps,
                                        rmsprop_alpha=rmsprop_alpha)
         self.set_optimizer(build_optimizer(self.parameters, **self.optimizer_settings), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps)
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps,
+                                        precision=precision)
         self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True)
 
@@ -109,7 +111,7 @@ class A2C(Algorithm):
         """The loss's parts ([policy, value, entropy]) and the policy's spread, as logged."""
         loss_policy, loss_value, loss_entropy = parts.tolist()
         out = {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
-               "nonfinite_updates": self.step.nonfinite_updates}
+               **self.step.metrics()}
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out

@@ -44,11 +44,15 @@ class A3C(A2C):
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
     # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.
     KEYWORDS_NOT_FORWARDED = ("normalize_rewards",)
+    # The workers' forward and backward run in bf16 (their gradients are float32); fp16 would need
+    # a loss scaler in every worker, kept in step with the server's skips.
+    precisions = ("fp32", "bf16")
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
         return {"objective": ActorCriticLoss(**{k: algo_config[k] for k in OBJECTIVE_KEYS}),
-                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip")}
+                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip"),
+                "precision": algo_config.get("precision", "fp32")}
 
     def __init__(self, *, server_sync_interval: int = 10, **a2c_kwargs):
         """`a2c_kwargs`: A2C's hyper-parameters (the workers take the objective's from the config,

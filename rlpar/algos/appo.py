@@ -65,13 +65,14 @@ class APPO(Algorithm):
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        precision: str = "fp32",
     ):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.vtrace = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
@@ -80,7 +81,8 @@ class APPO(Algorithm):
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size)
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
+                                        precision=precision)
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
@@ -124,7 +126,7 @@ class APPO(Algorithm):
         return {
             "loss_policy": losses[0], "loss_value": losses[1], "loss_entropy": losses[2], "approx_kl": losses[3],
             "clip_fraction": losses[4], "gradient_steps": len(stats), "buffered_batches": len(self.buffer),
-            "nonfinite_updates": self.step.nonfinite_updates,
+            **self.step.metrics(),
         }
 
     def train_on(self, data: dict) -> list[torch.Tensor]:

@@ -31,7 +31,8 @@ class AsyncDQN(A3C):
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
         return {"objective": NStepQLoss(gamma=algo_config["gamma"], n_steps=algo_config["n_steps"]),
-                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip")}
+                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip"),
+                "precision": algo_config.get("precision", "fp32")}
 
     def __init__(self, *, target_update_every: int = 500, exploration_epsilon: float = 0.4,
                  exploration_alpha: float = 7.0, **a3c_kwargs):

@@ -55,6 +55,7 @@ class Algorithm(ABC):
     data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
     collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
+    precisions = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
@@ -126,11 +127,14 @@ class Algorithm(ABC):
                                          terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid)
         return rewards * np.float32(self.reward_scale)
 
-    def set_optimizer(self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int) -> None:
-        """The optimiser of the model's parameters, and the guarded step that applies it."""
+    def set_optimizer(self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int,
+                      precision: str = "fp32") -> None:
+        """The optimiser of the model's parameters, and the guarded step that applies it (in
+        `precision`: rlpar.learning.precision)."""
         self.optimizer = optimizer
         self.step = GuardedStep(parameters=self.parameters, optimizer=optimizer, max_grad_norm=max_grad_norm,
-                                max_consecutive_nonfinite=max_consecutive_nonfinite)
+                                max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision,
+                                device_type=self.device.type)
 
     def sample_and_update(self, *, min_rollouts: int = 1) -> StepResult:
         """The usual iteration: a batch (see `sample`), then `self.update(batch)`, timed as

@@ -64,12 +64,13 @@ class DQN(Algorithm):
         reward_clip: float | None = None,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        precision: str = "fp32",
     ):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.gamma, self.batch_size, self.replay_ratio = gamma, batch_size, replay_ratio
@@ -88,7 +89,8 @@ class DQN(Algorithm):
         self.updates = 0  # iterations that learned
         self.inserted = self.sampled = 0
         self.learned: list = []  # (loss, |TD error|, Q) of each gradient step since learning_stats
-        self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps))
+        self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
+                                        precision=precision)
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
 
     def build_replay(self) -> None:
@@ -238,7 +240,7 @@ class DQN(Algorithm):
         if self.learned:
             loss, td_error, q_mean = torch.stack(self.learned).mean(0).tolist()
             stats.update(loss_q=loss, td_error_mean=td_error, q_mean=q_mean,
-                         nonfinite_updates=self.step.nonfinite_updates)
+                         **self.step.metrics())
             self.learned = []
         if self.learner_group is not None:
             stats["learner_restarts"] = self.learner_group.restarts

@@ -55,6 +55,7 @@ class IMPALA(Algorithm):
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        precision: str = "fp32",
     ):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
         valid steps of a batch vary) (rlpar.learning.compiled)."""
@@ -62,14 +63,15 @@ class IMPALA(Algorithm):
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.vtrace = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
                            clip_c_threshold=clip_c_threshold)
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.batches_per_update = batches_per_update
         batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps)
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps,
+                                        precision=precision)
         self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True)
 
@@ -95,7 +97,7 @@ class IMPALA(Algorithm):
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
         loss_policy, loss_value, loss_entropy = self.step_on_valid_steps(inputs, LEARNING_ARRAYS).tolist()
         return {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
-                "gradient_steps": 1, "nonfinite_updates": self.step.nonfinite_updates}
+                "gradient_steps": 1, **self.step.metrics()}
 
     def batch_loss(self, obs, actions, pg_advantages, vs):
         """The loss of a batch's valid steps and its parts (what algo.compile compiles)."""

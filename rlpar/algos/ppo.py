@@ -51,13 +51,14 @@ class PPO(Algorithm):
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        precision: str = "fp32",
     ):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite)
+                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.clip, self.value_clip = clip, value_clip
@@ -66,7 +67,8 @@ class PPO(Algorithm):
         self.normalize_advantages = normalize_advantages
         self.target_kl = target_kl
         self.rng = np.random.default_rng([seed, 2])
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size)
+        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size,
+                                        precision=precision)
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
@@ -171,7 +173,7 @@ class PPO(Algorithm):
             "clip_fraction": clip_frac,
             "epochs": len(epoch_stats),
             "gradient_steps": sum(len(group) for group in losses),
-            "nonfinite_updates": self.step.nonfinite_updates,
+            **self.step.metrics(),
         }
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())

@@ -228,6 +228,8 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
             c.choice(f"algo.{name}", options)
     if c.get("algo.compile") is not None:  # the minibatch learners and A2C
         c.choice("algo.compile", ("auto", True, False))
+    if takes is not None and "precision" in takes:
+        _check_precision(c)
     rollout = c.number("algo.rollout_length", integer=True, low=1)
     minibatch = number("minibatch_size", integer=True, low=1)
     if None not in (rollout, minibatch, workers, envs_per_worker) and min(rollout, workers, envs_per_worker) >= 1:
@@ -239,6 +241,14 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
             )
     if _defines_own_rules(c.get("algo._target_")):  # a user's algorithm: imported to be asked
         c.ask(c.component("algo._target_"))
+
+
+def _check_precision(c: ConfigView) -> None:
+    """algo.precision: one of those the algorithm declares it learns in (`precisions`)."""
+    allowed, precision = c.algorithm.get("precisions"), c.get("algo.precision")
+    if allowed and "algo.precision" not in c.unresolved and precision not in allowed:
+        c.problems.append(f"algo.precision: {shown(precision)} is not one of {', '.join(allowed)} "
+                          f"(what {c.get('algo.name')} learns in)")
 
 
 def _defines_own_rules(target) -> bool:

@@ -8,19 +8,30 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
 
 
-def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float) -> "Collective":
-    """Join (or, on rank 0, open) the gloo group that `world_size` learners meet in at
-    `address:port`; every collective op then fails after `timeout_s` if a peer is missing."""
+def meeting_point(address: str) -> socket.socket:
+    """Where rank 0 opens the group: a socket listening on `address` only (torch's own store
+    would listen on every interface), on a port free from now on."""
+    return socket.create_server((address, 0), family=socket.AF_INET6 if ":" in address else socket.AF_INET)
+
+
+def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float,
+               listening: socket.socket | None = None) -> "Collective":
+    """Join (or, on rank 0, open: at `listening` where given) the gloo group that `world_size`
+    learners meet in at `address:port`; every collective op then fails after `timeout_s` if a
+    peer is missing."""
     leave_group()  # a rank joining again (a restarted group, a resume) leaves its old group first
     if address.startswith("127."):  # gloo's pairs bind the host name's interface unless told: stay on loopback
         os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
-    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False,
+                          master_listen_fd=listening.detach() if listening is not None else None)  # the store's now
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     return Collective(rank=rank, world_size=world_size)
 
 
@@ -40,6 +51,14 @@ class Collective:
 
     def __init__(self, *, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
+        self.gradient_reductions, self.gradient_reduction_s = 0, 0.0  # what averaging gradients costs, waits included
+
+    def reduction_costs(self) -> dict:
+        """What averaging gradients cost since the last call (logged by rank 0)."""
+        costs = {"time_gradient_allreduce_s": self.gradient_reduction_s,
+                 "gradient_allreduce_ms": 1000 * self.gradient_reduction_s / max(self.gradient_reductions, 1)}
+        self.gradient_reductions, self.gradient_reduction_s = 0, 0.0
+        return costs
 
     def average_gradients(self, parameters: list[torch.Tensor], *, samples: int) -> None:
         """Each rank's gradient is that of a mean over its `samples`: weighting by them gives the
@@ -49,7 +68,10 @@ class Collective:
         flat = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(1)])
         flat[:-1] *= samples
         flat[-1] = samples
+        start = time.perf_counter()
         dist.all_reduce(flat)
+        self.gradient_reduction_s += time.perf_counter() - start
+        self.gradient_reductions += 1
         flat[:-1] /= flat[-1]
         offset = 0
         for p, g in zip(parameters, grads):
@@ -69,15 +91,16 @@ class Collective:
         return (weighted[:-1] / weighted[-1]).to(values.dtype).view_as(values)
 
     def normalize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-        """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std),
-        in two passes like torch's own std."""
-        count_and_sum = self.sum(torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64),
-                                              x.detach().to(torch.float64).sum()]))
-        count, mean = count_and_sum[0], count_and_sum[1] / count_and_sum[0]
+        """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std):
+        one all-reduce of count, sum and sum of squares, in float64 (exact enough for advantages,
+        and one round trip per minibatch instead of two)."""
+        x64 = x.detach().to(torch.float64)
+        count, total, squares = self.sum(torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64),
+                                                      x64.sum(), (x64 * x64).sum()]))
+        mean = total / count
         if count <= 1:
             return x - mean.to(x.dtype)
-        squares = self.sum(((x.detach().to(torch.float64) - mean) ** 2).sum().reshape(1))[0]
-        std = torch.sqrt(squares / (count - 1))
+        std = torch.sqrt(torch.clamp(squares - count * mean * mean, min=0) / (count - 1))
         return (x - mean.to(x.dtype)) / (std.to(x.dtype) + eps)
 
     def smallest(self, value: int) -> int:

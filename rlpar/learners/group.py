@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import time
 
 import numpy as np
 import torch
 
 from rlpar.errors import LearnerGroupError, first_line
-from rlpar.learners.collective import join_group, leave_group
+from rlpar.learners.collective import join_group, leave_group, meeting_point
+from rlpar.learning.errors import NonFiniteLossError
 
 PLACEMENT_TIMEOUT_S = 120  # a cluster without room for the group is named, not waited on forever
 
@@ -50,8 +50,8 @@ class LearnerRank:
         self.algorithm.learn(inputs)
         return rank_rng(self.algorithm)
 
-    def leave(self) -> None:
-        leave_group()
+    def random_state(self) -> dict:
+        return rank_rng(self.algorithm)
 
 
 def fresh_rank_rng(seed: int, rank: int) -> dict:
@@ -123,14 +123,14 @@ class LearnerGroup:
     def join(self, algorithm) -> None:
         """Every rank meets rank 0 (this process) at a free port of this node, with rank 0's state."""
         address = self.ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((address, 0))
-            port = s.getsockname()[1]
+        listening = meeting_point(address)
+        port = listening.getsockname()[1]
         state = self.ray.put(copy.deepcopy(algorithm.state_dict()))
         rngs = self.rank_rngs if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors) else [None] * len(self.actors)
         refs = [actor.join.remote(address=address, port=port, world_size=self.world_size, timeout_s=self.timeout_s,
                                   state=state, rng=rng) for actor, rng in zip(self.actors, rngs)]
-        collective = join_group(rank=0, world_size=self.world_size, address=address, port=port, timeout_s=self.timeout_s)
+        collective = join_group(rank=0, world_size=self.world_size, address=address, port=port,
+                                timeout_s=self.timeout_s, listening=listening)
         algorithm.join_learner_group(collective)
         self.ray.get(refs, timeout=self.timeout_s)
         self.joined = True
@@ -164,8 +164,10 @@ class LearnerGroup:
                 stats = algorithm.learn(shards[0])
                 self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
                 self.consecutive_failures = 0
-                return stats
-            except (RuntimeError, self.ray.exceptions.RayError) as err:
+                return {**stats, **algorithm.collective.reduction_costs()}
+            except NonFiniteLossError:  # the same gradient on every rank: the run's own stop, not a lost rank
+                raise
+            except (RuntimeError, self.ray.exceptions.RayError) as err:  # gloo's errors are RuntimeErrors
                 self.recover(algorithm, before, err)
 
     def recover(self, algorithm, before: dict, err: Exception) -> None:

@@ -14,6 +14,9 @@ step. `auto` compiles only runs long enough to win even cold.
 The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
 skips the step inside the graph; the skips are counted once per update (`settle`).
+
+`algo.precision` other than fp32 (rlpar.learning.precision) learns eagerly: the compiled step is
+float32's, with no autocast and no loss scaler in its graph.
 """
 
 from __future__ import annotations
@@ -50,8 +53,11 @@ def _wait_for_background_compiles() -> None:
         thread.join()
 
 
-def compile_setting(setting: str | bool, *, expected_gradient_steps: int) -> bool:
-    """Whether to compile: `true`, `false`, or `auto` (by the run's expected gradient steps)."""
+def compile_setting(setting: str | bool, *, expected_gradient_steps: int, precision: str = "fp32") -> bool:
+    """Whether to compile: `true`, `false`, or `auto` (by the run's expected gradient steps);
+    never with a precision other than fp32 (see above)."""
+    if precision != "fp32":
+        return False
     if setting == "auto":
         return expected_gradient_steps >= AUTO_MIN_GRADIENT_STEPS
     return bool(setting)
@@ -99,7 +105,8 @@ class EagerStep:
         self.loss_fn, self.guard = loss_fn, guard
 
     def __call__(self, **minibatch) -> tuple:
-        loss, *parts = self.loss_fn(**minibatch)
+        with self.guard.autocast():
+            loss, *parts = self.loss_fn(**minibatch)
         self.guard(loss, samples=len(next(iter(minibatch.values()))))
         return (loss.detach(), *(part.detach() for part in parts))
 

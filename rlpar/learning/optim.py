@@ -20,7 +20,7 @@ class LeanAdam:
 
     def __init__(self, params, *, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)):
         self.params = [p for p in params]
-        self.param_groups = [{"lr": lr}]
+        self.param_groups = [{"lr": lr, "params": self.params}]  # "params": as torch's, for GradScaler.unscale_
         self.eps, self.betas = eps, betas
         self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]

@@ -9,17 +9,26 @@ import torch
 
 from rlpar.learning.errors import NonFiniteLossError
 from rlpar.learning.optim import clip_grad_norm
+from rlpar.learning.precision import autocast, loss_scaler
 
 
 class GuardedStep:
     """backward, clip the global norm, step; a NaN/inf gradient skips the step and is counted,
-    and more than `max_consecutive_nonfinite` in a row stop the run (NonFiniteLossError)."""
+    and more than `max_consecutive_nonfinite` in a row stop the run (NonFiniteLossError).
 
-    def __init__(self, *, parameters: list[torch.Tensor], optimizer, max_grad_norm: float, max_consecutive_nonfinite: int):
+    `precision` (rlpar.learning.precision): the losses it is given are computed under
+    `self.autocast()`; with fp16 the loss is scaled before the backward pass and the gradients
+    unscaled before the clip, and a gradient that overflowed is skipped and counted the same way
+    (the scaler then lowers its scale)."""
+
+    def __init__(self, *, parameters: list[torch.Tensor], optimizer, max_grad_norm: float, max_consecutive_nonfinite: int,
+                 precision: str = "fp32", device_type: str = "cpu"):
         self.parameters = parameters
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
         self.max_consecutive_nonfinite = max_consecutive_nonfinite
+        self.precision, self.device_type = precision, device_type
+        self.scaler = loss_scaler(precision, device_type=device_type)
         self.nonfinite_updates = 0
         self.consecutive_nonfinite = 0
         # learners=N: the group whose gradients are averaged before the clip, so every rank
@@ -29,9 +38,16 @@ class GuardedStep:
     def __call__(self, loss: torch.Tensor, *, samples: int = 1) -> None:
         """`samples`: how many samples `loss` is the mean over (weighs this rank's gradient in a group)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
         if self.collective is not None:
             self.collective.average_gradients(self.parameters, samples=samples)
+        if self.scaler is not None:
+            # after the all-reduce (as DDP does): every rank unscales the same gradient, finds the
+            # same overflow, and its scaler keeps the same scale
+            self.scaler.unscale_(self.optimizer)
         self.apply_gradients()
 
     def apply_gradients(self) -> None:
@@ -40,7 +56,18 @@ class GuardedStep:
         finite = math.isfinite(grad_norm.item())
         if finite:
             self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.update()  # from the overflow its unscale_ found: lower the scale, or count towards raising it
         self.count(finite)
+
+    def autocast(self):
+        """The context the losses this step is given are computed in (nothing for fp32)."""
+        return autocast(self.precision, device_type=self.device_type)
+
+    def metrics(self) -> dict:
+        """The update's counts: steps skipped for a non-finite gradient, and fp16's loss scale."""
+        scale = {} if self.scaler is None else {"loss_scale": self.scaler.get_scale()}
+        return {"nonfinite_updates": self.nonfinite_updates, **scale}
 
     def count(self, finite: bool) -> None:
         """Record whether a step's gradient was finite (a compiled step skips them itself)."""

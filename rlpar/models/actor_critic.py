@@ -74,6 +74,8 @@ class ActorCriticBase(nn.Module):
         torch.distributions does the same maths with several times the per-call overhead.
         Factored actions ([N, F] indices): the factors' log-probabilities and entropies, summed."""
         out, values = self.towers(obs)
+        if out.dtype in (torch.bfloat16, torch.float16):  # under autocast (algo.precision): the heads' maths in float32
+            out, values = out.float(), values.float()
         entropy = None
         if self.factored:
             logp_all = torch.log_softmax(self.factor_logits(out), dim=-1)  # [N, F, n]

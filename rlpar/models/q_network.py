@@ -57,9 +57,12 @@ class QNetwork(nn.Module):
         """Q-values [N, actions]."""
         features = self.features(obs)
         advantage = self.advantage(features)
-        if self.value is None:
+        value = None if self.value is None else self.value(features)
+        if advantage.dtype in (torch.bfloat16, torch.float16):  # under autocast (algo.precision): the heads' maths in float32
+            advantage, value = advantage.float(), None if value is None else value.float()
+        if value is None:
             return advantage
-        return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
+        return value + advantage - advantage.mean(dim=1, keepdim=True)
 
     def acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor]:
         """What NumpyQPolicy.outputs computes, for a central inference server on a GPU."""

@@ -21,9 +21,11 @@ from rlpar.sampling.rollout import RolloutWorker
 
 
 class GradientWorker(RolloutWorker):
-    def __init__(self, *, objective, reward_scale: float = 1.0, reward_clip: float | None = None, **rollout_kwargs):
+    def __init__(self, *, objective, reward_scale: float = 1.0, reward_clip: float | None = None,
+                 precision: str = "fp32", **rollout_kwargs):
         """`objective`: what the worker differentiates (ActorCriticLoss, NStepQLoss): its
-        `model_names` and `loss(models, batch, rewards) -> (loss, statistics)`."""
+        `model_names` and `loss(models, batch, rewards) -> (loss, statistics)`; `precision`: fp32
+        or bf16, the loss computed under autocast (rlpar.learning.precision), the gradient float32."""
         own_process = "torch" not in sys.modules  # a worker process of its own, not the learner's
         import torch
 
@@ -36,6 +38,7 @@ class GradientWorker(RolloutWorker):
         self.model = self.models["model"]
         self.parameters = list(self.model.parameters())
         self.objective, self.reward_scale, self.reward_clip = objective, reward_scale, reward_clip
+        self.precision = precision
         self.acting: dict = {}  # what the acting policy takes beside the weights (ε per environment)
         self.server = None  # the parameter server's address
 
@@ -87,8 +90,11 @@ class GradientWorker(RolloutWorker):
     def gradients(self, batch) -> tuple[list[np.ndarray], dict]:
         """The gradient of the objective on this rollout (one array per parameter of the model)
         and the loss's statistics."""
-        loss, stats = self.objective.loss(self.models, batch,
-                                           clip_rewards(batch.rewards, self.reward_clip) * np.float32(self.reward_scale))
+        from rlpar.learning.precision import autocast  # (torch: imported once the worker runs)
+
+        with autocast(self.precision, device_type="cpu"):
+            loss, stats = self.objective.loss(self.models, batch,
+                                               clip_rewards(batch.rewards, self.reward_clip) * np.float32(self.reward_scale))
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         return [p.grad.numpy() for p in self.parameters], stats

@@ -132,7 +132,7 @@ def test_an_unknown_key_of_the_algorithm_is_refused_in_one_line(user_dir):
     proc = train(user_dir, "+algo.nonsense=1")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("rlpar: invalid config: algo.nonsense: unknown key (not taken by reinforce.Reinforce); "
-                                   "it takes gamma, lr, max_grad_norm, name, normalize_advantages, rollout_length, "
+                                   "it takes gamma, lr, max_grad_norm, name, normalize_advantages, precision, rollout_length, "
                                    "value_coef")
     assert not (user_dir / "outputs").exists()
 

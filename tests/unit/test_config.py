@@ -83,12 +83,21 @@ def test_minibatch_larger_than_batch_is_refused(make_cfg):
         validate_config(cfg)
 
 
-@pytest.mark.parametrize("learners, problem", [("0", r"learners: 0 is out of range \(must be >= 1\)"), ("1.5", "learners: expected an integer"),
-                                               ("2", "learners: 2 learners are not supported yet")])
-def test_learners_is_an_integer_of_at_least_one_and_only_one_for_now(make_cfg, learners, problem):
+@pytest.mark.parametrize("overrides, problem", [
+    (["learners=0"], r"learners: 0 is out of range \(must be >= 1\)"),
+    (["learners=1.5"], "learners: expected an integer"),
+    (["learners=2"], "learners: 2 learners run as Ray actors: use parallel=distributed .* parallel=local learns in one process"),
+    (["learners=2", "algo=a3c", "parallel=distributed"], "learners: a3c does not learn in one place .* learners=2 is for .*ppo"),
+    (["learners=3", "parallel=distributed", "workers=1", "envs_per_worker=2"], "learners: 3 learners need at least one environment column each; there are 2"),
+    (["learners=2", "parallel=distributed", "learner_group.timeout_s=0"], r"learner_group.timeout_s: 0 is out of range"),
+])
+def test_learners_need_a_data_parallel_algorithm_on_ray_and_a_column_each(make_cfg, overrides, problem):
     with pytest.raises(ConfigError, match=problem):
-        validate_config(make_cfg(f"learners={learners}"), check_env=False)
-    validate_config(make_cfg("learners=1"), check_env=False)
+        validate_config(make_cfg(*overrides), check_env=False)
+
+
+def test_two_learners_of_ppo_on_ray_are_accepted(make_cfg):
+    validate_config(make_cfg("learners=2", "parallel=distributed"), check_env=False)
 
 
 @pytest.mark.slow
