@@ -6,11 +6,12 @@ from rlpar.runtime.build import probe_policy_spec
 from rlpar.sampling.rollout import RolloutWorker
 
 
-def cartpole_rollout(make_algorithm):
-    """(policy spec, batch), acted with the initial weights of `make_algorithm(policy_spec)`."""
-    policy_spec, _ = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), PolicySpec, normalize_obs=False)
+def cartpole_rollout(make_algorithm, *, spec_class=PolicySpec, seed: int = 0):
+    """(policy spec, batch), acted with the initial weights of `make_algorithm(policy_spec)`
+    (`spec_class`: the network it learns, an actor-critic unless told), from environments seeded `seed`."""
+    policy_spec, _ = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), spec_class, normalize_obs=False)
     worker = RolloutWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=policy_spec, num_envs=4,
-                           rollout_length=32, seed=0)
+                           rollout_length=32, seed=seed)
     try:
         worker.set_weights(make_algorithm(policy_spec).get_weights(), version=0)
         batch = worker.sample()

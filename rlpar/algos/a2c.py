@@ -6,14 +6,22 @@ on the whole batch -> new weights. Runs on every sampler; `sync_mode=blocking` k
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.step import LearningRate
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.compiled import compile_setting, gradient_step
+from rlpar.learning.compiled import EagerStep, compile_setting, gradient_step
 from rlpar.learning.optim import build_optimizer
 
 
+# What an update's gradient step takes from its inputs, per valid step.
+LEARNING_ARRAYS = ("obs", "actions", "advantages", "returns")
+
+
 class A2C(Algorithm):
+    data_parallel = True
+
     def __init__(
         self,
         *,
@@ -68,16 +76,36 @@ class A2C(Algorithm):
 
     def update(self, batch) -> dict:
         """Learn from one on-policy batch; returns the update's diagnostics."""
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        inputs = self.learning_inputs(batch)
+        stats = self.learn_on_every_rank(inputs)
+        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
+
+    def learning_inputs(self, batch) -> dict:
+        """The advantages and returns of the whole batch, time-major [T, E], with the learning
+        rate: done once (on rank 0 in a learner group), as they advance running statistics."""
+        lr = self.count_steps(batch)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
-        _, parts = self.gradient_step(**self.objective.inputs(batch, advantages, returns, self.device))
-        self.gradient_step.settle()
-        return {**self.loss_stats(parts), "gradient_steps": 1, "lr": lr, **self.finish_update(batch, returns)}
+        return {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns,
+                "valid": batch.valid, "lr": lr}
+
+    def learn(self, inputs: dict) -> dict:
+        """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
+        return {**self.loss_stats(self.step_on_valid_steps(inputs, LEARNING_ARRAYS)), "gradient_steps": 1}
+
+    def join_learner_group(self, collective) -> None:
+        """Eager steps, the loss included (with RMSprop a compiled loss would trace the
+        all-reduce that normalises advantages)."""
+        super().join_learner_group(collective)
+        self.gradient_step = EagerStep(self.rollout_loss, guard=self.step)
 
     def rollout_loss(self, obs, actions, advantages, returns):
-        """The loss of one rollout's valid steps and its parts (what algo.compile compiles)."""
-        return self.objective(self.model, obs=obs, actions=actions, advantages=advantages, returns=returns)
+        """The loss of one rollout's valid steps and its parts (what algo.compile compiles). In a
+        learner group, advantages are normalised over every rank's steps, as one learner would."""
+        objective = self.objective
+        if self.collective is not None and objective.normalize_advantages:
+            advantages = self.collective.normalize(advantages)
+            objective = replace(objective, normalize_advantages=False)
+        return objective(self.model, obs=obs, actions=actions, advantages=advantages, returns=returns)
 
     def loss_stats(self, parts) -> dict:
         """The loss's parts ([policy, value, entropy]) and the policy's spread, as logged."""

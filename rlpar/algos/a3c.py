@@ -40,6 +40,7 @@ class A3C(A2C):
     max_policy_lag = None
     worker_class = GradientWorker
     central_inference = False
+    data_parallel = False  # its workers (or a parameter server) make the gradients, not a learner
     worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
     # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.

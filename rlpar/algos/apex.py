@@ -59,8 +59,9 @@ class ApeX(DQN):
 
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
-        self.epsilons = SpreadEpsilons(num_envs=dqn_kwargs["sampler"].num_envs, epsilon=exploration_epsilon,
-                                       alpha=exploration_alpha)
+        sampler = dqn_kwargs["sampler"]  # None on a learner group's other ranks, which neither act nor replay
+        self.epsilons = SpreadEpsilons(num_envs=sampler.num_envs if sampler is not None else 1,
+                                       epsilon=exploration_epsilon, alpha=exploration_alpha)
         super().__init__(**dqn_kwargs)
 
     def epsilon(self) -> float:
@@ -132,7 +133,7 @@ class ApeX(DQN):
             self.turn += 1
             added = shard.call("add", transitions, priorities)
             if added is None:
-                self.learn(None)
+                self.learn_from_replay(None)
                 added = shard.call("add", transitions, priorities)
             count += added
         self.inserted += count

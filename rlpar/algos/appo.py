@@ -25,9 +25,14 @@ from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_los
 from rlpar.learning.vtrace import compute_vtrace
 
 
+# What an update's gradient steps take from its inputs, per valid step.
+LEARNING_ARRAYS = ("obs", "actions", "behaviour_logp", "target_logp", "advantages", "returns")
+
+
 class APPO(Algorithm):
     sync_mode = "non_blocking"
     max_policy_lag = None
+    data_parallel = True
 
     def __init__(
         self,
@@ -88,14 +93,27 @@ class APPO(Algorithm):
         return self.sample_and_update(min_rollouts=self.batches_per_update)
 
     def update(self, batch) -> dict:
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        inputs = self.learning_inputs(batch)
+        stats = self.learn_on_every_rank(inputs)
+        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
+
+    def learning_inputs(self, batch) -> dict:
+        """V-trace targets and advantages of the whole batch from the target network, time-major
+        [T, E], with the learning rate: per environment column, done once (on rank 0 in a
+        learner group, whose ranks' target networks are all the same)."""
+        lr = self.count_steps(batch)
         with torch.no_grad():  # targets from the target network, computed once per batch
-            inputs, target_logp, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
+            inputs, _, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
         vs, advantages = compute_vtrace(**inputs, **self.vtrace)
-        data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "behaviour_logp": batch.logp,
-                                   "target_logp": inputs["target_logp"], "advantages": advantages, "returns": vs},
-                                  batch.valid, self.device)
+        return {"obs": batch.obs, "actions": batch.actions, "behaviour_logp": batch.logp,
+                "target_logp": inputs["target_logp"], "advantages": advantages, "returns": vs,
+                "valid": batch.valid, "lr": lr}
+
+    def learn(self, inputs: dict) -> dict:
+        """The batch (the whole one, or in a learner group this rank's environment columns of it)
+        joins the buffer, then one pass over every batch still in use."""
+        self.receive_from_rank0(inputs)
+        data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
         self.buffer.append([data, self.reuse_per_batch])
         stats = []
         for entry in list(self.buffer):  # one pass over every batch still in use, newest included
@@ -104,20 +122,21 @@ class APPO(Algorithm):
             if entry[1] == 0:
                 self.buffer.remove(entry)
         self.gradient_step.settle()
-        losses = torch.stack(stats).mean(0).tolist()
+        losses = torch.stack(stats).mean(0).tolist() if stats else [float("nan")] * 5
         return {
             "loss_policy": losses[0], "loss_value": losses[1], "loss_entropy": losses[2], "approx_kl": losses[3],
-            "clip_fraction": losses[4], "lr": lr, "gradient_steps": len(stats), "buffered_batches": len(self.buffer),
-            **self.step.metrics(), **self.finish_update(batch, vs),
+            "clip_fraction": losses[4], "gradient_steps": len(stats), "buffered_batches": len(self.buffer),
+            **self.step.metrics(),
         }
 
     def train_on(self, data: dict) -> list[torch.Tensor]:
-        """One pass of shuffled minibatches; the target network follows every few steps."""
+        """One pass of shuffled minibatches (in a learner group, every rank as many: see
+        `minibatch_plan`); the target network follows every few steps, on every rank alike."""
         size = len(data["obs"])
-        mb = min(self.minibatch_size, size)
+        mb, count = self.minibatch_plan(size)
         order = torch.from_numpy(self.rng.permutation(size))
         stats = []
-        for start in range(0, size - mb + 1, mb):
+        for start in range(0, count * mb, mb):
             part = {k: v[order[start : start + mb]] for k, v in data.items()}
             stats.append(self.gradient_step(**part)[1])
             self.gradient_steps += 1
@@ -125,11 +144,17 @@ class APPO(Algorithm):
                 self.target_model.load_state_dict(self.model.state_dict())
         return stats
 
+    def join_learner_group(self, collective) -> None:
+        """Every rank's buffer starts empty, so that all hold batches of the same updates and
+        take the same number of steps (a rank joining again would hold rank 0's columns)."""
+        super().join_learner_group(collective)
+        self.buffer.clear()
+
     def minibatch_loss(self, obs, actions, behaviour_logp, target_logp, advantages, returns):
         """The loss of one minibatch and its parts (what algo.compile compiles)."""
         logp, entropy, values = self.model.evaluate_actions(obs, actions)
-        if self.normalize_advantages:
-            advantages = normalize(advantages)
+        if self.normalize_advantages:  # over the minibatch of every rank in a learner group
+            advantages = normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
         p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
         v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()

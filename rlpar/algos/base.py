@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rlpar.learning.batch_tensors import explained_variance
+from rlpar.learning.batch_tensors import explained_variance, valid_step_tensors
+from rlpar.learning.compiled import CompiledStep
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
 from rlpar.learning.step import GuardedStep
@@ -175,10 +176,48 @@ class Algorithm(ABC):
 
     def join_learner_group(self, collective) -> None:
         """Learn as one rank of a data-parallel group: start from rank 0's weights and average
-        every gradient step's gradients with the other ranks (docs/learners.md)."""
+        every gradient step's gradients with the other ranks (docs/learners.md). Steps are eager:
+        a compiled step clips and applies inside its graph, where no all-reduce can come between."""
         self.collective = collective
         self.step.collective = collective
         collective.broadcast_module(self.model)
+        if isinstance(getattr(self, "gradient_step", None), CompiledStep):
+            self.gradient_step = self.gradient_step.eager
+        self.compiled = False
+
+    def count_steps(self, batch: Batch) -> float:
+        """The batch's steps counted as seen; the learning rate they bring (`self.lr`), set."""
+        self.steps_seen += batch.num_steps
+        return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+
+    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...]):
+        """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
+        in a learner group this rank's environment columns of it); the loss's parts."""
+        self.receive_from_rank0(inputs)
+        _, parts = self.gradient_step(**valid_step_tensors({name: inputs[name] for name in names}, inputs["valid"],
+                                                           self.device))
+        self.gradient_step.settle()
+        return parts
+
+    def receive_from_rank0(self, inputs: dict) -> None:
+        """What `learn` takes from rank 0 before its gradient steps, in a group: the model's
+        buffers (observation statistics) and the learning rate."""
+        if self.collective is not None:
+            self.collective.broadcast_module(self.model, parameters=False)
+            self.optimizer.param_groups[0]["lr"] = inputs["lr"]
+
+    def minibatch_plan(self, size: int) -> tuple[int, int]:
+        """The minibatch size and the minibatches per pass over `size` samples (the remainder is
+        left out). In a learner group each rank takes its share of `self.minibatch_size` from its
+        own columns, as many minibatches as the rank with the fewest samples can, so that all
+        step together; a minibatch as large as the whole batch is each rank's whole shard."""
+        if self.collective is None:
+            mb = min(self.minibatch_size, size)
+            return mb, size // mb
+        if self.minibatch_size >= int(self.collective.sum(torch.tensor([size]))[0]):
+            return size, 1
+        mb = max(self.minibatch_size // self.collective.world_size, 1)
+        return mb, self.collective.smallest(size // mb)
 
     def leave_learner_group(self) -> None:
         self.collective = None

@@ -33,6 +33,7 @@ from rlpar.replay.storage import RingStorage
 
 class DQN(Algorithm):
     model_kind = "q_network"
+    data_parallel = True
 
     def __init__(
         self,
@@ -81,7 +82,8 @@ class DQN(Algorithm):
         # beta reaches beta_end when the run ends: one sample() call per gradient step
         self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
         self.n_step, self.seed = n_step, seed
-        self.build_replay()
+        if sampler is not None:  # a learner group's other ranks (no sampler) learn rows that rank 0 draws
+            self.build_replay()
         self.update_credit = 0.0  # gradient steps owed by the replay ratio
         self.gradient_steps = 0
         self.updates = 0  # iterations that learned
@@ -118,7 +120,7 @@ class DQN(Algorithm):
         start = time.perf_counter()
         self.steps_seen += batch.num_steps
         inserted = self.insert(batch)
-        self.learn(self.gradient_steps_owed(batch.num_steps))
+        self.learn_from_replay(self.gradient_steps_owed(batch.num_steps))
         stats = self.learning_stats()
         end = time.perf_counter()
         step_s = max(end - began, 1e-9)  # rates over the whole iteration, sampling included
@@ -161,32 +163,76 @@ class DQN(Algorithm):
         self.inserted += count
         return count
 
-    def learn(self, steps: int | None) -> None:
+    def learn_from_replay(self, steps: int | None) -> None:
         """`steps` gradient steps, or (None) as many as the replay serves; their losses are kept
-        for `learning_stats`."""
-        self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        for `learning_stats`. Alone, one minibatch at a time: drawn, learned, its priorities
+        written back before the next is drawn. In a learner group, all of them at once: rank 0
+        draws them, every rank learns its rows of each, rank 0 writes the priorities back."""
+        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
         done = 0
         while steps is None or done < steps:
-            drawn = self.next_minibatch()
-            if drawn is None:  # nothing (more) to replay now
+            most = 1 if self.learner_group is None else None if steps is None else steps - done
+            wheres, inputs = self.learning_inputs(lr=lr, most=most)
+            if not wheres:  # nothing (more) to replay now
                 break
-            where, weights, transitions = drawn
-            # (arrays from a Ray shard are read-only views of the object store: copied)
-            data = {k: torch.as_tensor(v if v.flags.writeable else v.copy(), device=self.device)
-                    for k, v in transitions.items()}
-            weights = torch.as_tensor(weights if weights.flags.writeable else weights.copy(), device=self.device)
-            loss, td_errors, q_taken = self.gradient_step(**data, weights=weights)
-            self.report_priorities(where, td_errors.abs().cpu().numpy())
-            self.learned.append(torch.stack([loss, td_errors.abs().mean(), q_taken.mean()]))
-            done += 1
-            self.gradient_steps += 1
-            self.sampled += self.batch_size
-            self.refresh_target()
+            learned = self.learn_on_every_rank(inputs)
+            for where, td_errors in zip(wheres, learned["td_errors"]):
+                self.report_priorities(where, td_errors)
+            self.learned.extend(learned["losses"].unbind(0))
+            done += len(wheres)
+            self.sampled += self.batch_size * len(wheres)
         self.gradient_step.settle()
         if done:
             self.updates += 1
             if self.updates % self.weight_sync_interval == 0:
                 self.version += 1  # workers pick the new weights up with their next request
+
+    def learning_inputs(self, *, lr: float, most: int | None) -> tuple[list, dict]:
+        """Up to `most` minibatches from the replay (None: as many as it serves) with their
+        importance weights and the learning rate, and where each came from (for its
+        priorities): rank 0's part of an update, as it owns the replay."""
+        wheres, minibatches, weights = [], [], []
+        while most is None or len(wheres) < most:
+            drawn = self.next_minibatch()
+            if drawn is None:
+                break
+            wheres.append(drawn[0])
+            weights.append(drawn[1])
+            minibatches.append(drawn[2])
+        return wheres, {"minibatches": minibatches, "weights": weights, "lr": lr, "rows": (0, self.batch_size)}
+
+    def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
+        """Each rank's rows of every minibatch: contiguous, so that rank 0 can put every rank's
+        TD errors back in place (`learn`)."""
+        from rlpar.learners.shard import row_ranges
+
+        return [{**inputs, "rows": (start, stop),
+                 "minibatches": [{k: v[start:stop] for k, v in m.items()} for m in inputs["minibatches"]],
+                 "weights": [w[start:stop] for w in inputs["weights"]]}
+                for start, stop in row_ranges(self.batch_size, world_size)]
+
+    def learn(self, inputs: dict) -> dict:
+        """The gradient steps on `inputs`' minibatches (whole, or in a learner group this rank's
+        rows of each), the target network refreshed as each step makes it due: the |TD errors|
+        of every row (every rank's, in a group) and each step's (loss, mean |TD error|, mean Q).
+        Non-finite steps of a compiled step are counted by `learn_from_replay`'s settle."""
+        self.receive_from_rank0(inputs)
+        td_errors, losses = [], []
+        for transitions, weights in zip(inputs["minibatches"], inputs["weights"]):
+            data = {k: _tensor(v, self.device) for k, v in transitions.items()}
+            loss, td, q_taken = self.gradient_step(**data, weights=_tensor(weights, self.device))
+            td_errors.append(td.abs())
+            losses.append(torch.stack([loss, td_errors[-1].mean(), q_taken.mean()]))
+            self.gradient_steps += 1
+            self.refresh_target()
+        td_errors, losses = torch.stack(td_errors), torch.stack(losses)
+        if self.collective is not None:
+            start, stop = inputs["rows"]
+            losses = self.collective.mean(losses, samples=stop - start)
+            every_row = td_errors.new_zeros((len(td_errors), self.batch_size))
+            every_row[:, start:stop] = td_errors
+            td_errors = self.collective.sum(every_row)  # each row from the one rank that holds it
+        return {"td_errors": td_errors.cpu().numpy(), "losses": losses}
 
     def learning_stats(self) -> dict:
         """Means over the gradient steps since the last call."""
@@ -196,6 +242,8 @@ class DQN(Algorithm):
             stats.update(loss_q=loss, td_error_mean=td_error, q_mean=q_mean,
                          **self.step.metrics())
             self.learned = []
+        if self.learner_group is not None:
+            stats["learner_restarts"] = self.learner_group.restarts
         return stats
 
     def next_minibatch(self):
@@ -248,7 +296,12 @@ class DQN(Algorithm):
         self.update_credit = float(counters["update_credit"])
         self.gradient_steps, self.updates = int(counters["gradient_steps"]), int(counters["updates"])
         self.inserted, self.sampled = int(counters["inserted"]), int(counters["sampled"])
-        if "replay" in state:
+        if "replay" in state and self.sampler is not None:  # a group's other ranks keep no replay
             self.storage.load_state_dict(state["replay"]["storage"])
             self.replay.load_state_dict(state["replay"]["sampler"])
             self.writer.load_state_dict(state["replay"]["writer"])
+
+
+def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    """A tensor of `array` (arrays from a Ray shard are read-only views of the object store: copied)."""
+    return torch.as_tensor(array if array.flags.writeable else array.copy(), device=device)

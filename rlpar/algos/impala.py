@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import valid_step_tensors, vtrace_inputs
+from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
@@ -22,9 +22,14 @@ from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.vtrace import compute_vtrace
 
 
+# What an update's gradient step takes from its inputs, per valid step.
+LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "vs")
+
+
 class IMPALA(Algorithm):
     sync_mode = "non_blocking"
     max_policy_lag = None
+    data_parallel = True
 
     def __init__(
         self,
@@ -74,21 +79,25 @@ class IMPALA(Algorithm):
         return self.sample_and_update(min_rollouts=self.batches_per_update)
 
     def update(self, batch) -> dict:
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        inputs = self.learning_inputs(batch)
+        stats = self.learn_on_every_rank(inputs)
+        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["vs"])}
+
+    def learning_inputs(self, batch) -> dict:
+        """V-trace targets and advantages of the whole batch, time-major [T, E], with the
+        learning rate: per environment column, done once (on rank 0 in a learner group)."""
+        lr = self.count_steps(batch)
         with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
-        data = valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages,
-                                   "vs": vs}, batch.valid, self.device)
-        _, parts = self.gradient_step(**data)
-        self.gradient_step.settle()
-        loss_policy, loss_value, loss_entropy = parts.tolist()
-        return {
-            "loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy, "lr": lr,
-            "gradient_steps": 1, **self.step.metrics(),
-            **self.finish_update(batch, vs),
-        }
+        return {"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages, "vs": vs,
+                "valid": batch.valid, "lr": lr}
+
+    def learn(self, inputs: dict) -> dict:
+        """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
+        loss_policy, loss_value, loss_entropy = self.step_on_valid_steps(inputs, LEARNING_ARRAYS).tolist()
+        return {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
+                "gradient_steps": 1, **self.step.metrics()}
 
     def batch_loss(self, obs, actions, pg_advantages, vs):
         """The loss of a batch's valid steps and its parts (what algo.compile compiles)."""

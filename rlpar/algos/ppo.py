@@ -105,8 +105,7 @@ class PPO(Algorithm):
         """What the gradient steps take from a batch, time-major [T, E], with the learning rate:
         the part of an update that reads the whole batch and advances running statistics
         (steps seen, rewards), done once (on rank 0 in a learner group)."""
-        self.steps_seen += batch.num_steps
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        lr = self.count_steps(batch)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
         size = int(batch.valid.sum())  # each epoch's shuffle, drawn here: in a group, rank 0 deals them out
@@ -130,21 +129,12 @@ class PPO(Algorithm):
         learner group this rank's environment columns of it (rlpar.learners.shard). Everything
         that reads the whole batch or keeps running statistics (rewards, GAE, the observation
         normaliser) happened before, on rank 0."""
-        if self.collective is not None:
-            self.collective.broadcast_module(self.model, parameters=False)  # rank 0's observation statistics
-            self.optimizer.param_groups[0]["lr"] = inputs["lr"]
+        self.receive_from_rank0(inputs)
         data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
         if inputs["lagged"]:
             self.decouple_from_behaviour(data)
         return self.optimise(data, inputs)
-
-    def join_learner_group(self, collective) -> None:
-        """Gradient steps that average gradients between their backward and their clip: eager
-        (a compiled step clips and applies inside its graph)."""
-        super().join_learner_group(collective)
-        self.compiled = False
-        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=False)
 
     @torch.no_grad()
     def decouple_from_behaviour(self, data: dict) -> None:

@@ -46,3 +46,11 @@ def minibatch_shares(valid: np.ndarray, columns: list[np.ndarray], orders: list[
             share["orders"].append(local[used[mine]])
             share["ends"].append(np.cumsum(mine.reshape(count, mb).sum(axis=1)))
     return shares
+
+
+def row_ranges(rows: int, world_size: int) -> list[tuple[int, int]]:
+    """Each rank's rows of a minibatch of `rows` (replay transitions, not sequences):
+    contiguous [start, stop), sizes differing by at most one."""
+    if rows < world_size:
+        raise ValueError(f"a minibatch of {rows} rows cannot be shared by {world_size} learners (one row each at least)")
+    return [(int(part[0]), int(part[-1]) + 1) for part in np.array_split(np.arange(rows), world_size)]

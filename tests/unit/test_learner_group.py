@@ -1,5 +1,6 @@
-"""Data-parallel PPO (learners=N): ranks in real processes joined with torch.distributed (gloo on
-127.0.0.1), each learning from its environment columns of a real CartPole batch."""
+"""Data-parallel learning (learners=N): ranks in real processes joined with torch.distributed
+(gloo on 127.0.0.1), each learning from its shard of real CartPole data: environment columns of a
+batch (PPO, A2C, IMPALA, APPO), rows of minibatches from a real replay (DQN)."""
 
 import multiprocessing
 import socket
@@ -8,23 +9,62 @@ import numpy as np
 import pytest
 import torch
 
+from rlpar.algos.a2c import A2C
+from rlpar.algos.appo import APPO
+from rlpar.algos.dqn import DQN
+from rlpar.algos.impala import IMPALA
 from rlpar.algos.ppo import PPO
 from rlpar.learners.collective import join_group, leave_group
+from rlpar.models.q_spec import QNetworkSpec
+from rlpar.replay.settings import ReplaySettings
 from tests.rollouts import cartpole_rollout
 
 pytestmark = pytest.mark.slow  # starts processes
 
-WHOLE_BATCH = 10_000  # minibatch_size above the batch: each epoch is one gradient step on all of it
+WHOLE_BATCH = 10_000  # minibatch_size above the batch: each pass is one gradient step on all of it
 TIMEOUT_S = 60
+ALGORITHMS = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN}
+REPLAY = ReplaySettings(capacity=1000, prioritized=True)  # importance weights that differ by row
 
 
-def make_ppo(policy_spec, **options):
-    return PPO(sampler=None, policy_spec=policy_spec, seed=0, total_steps=100_000, compile=False, **options)
+def make(algo: str, policy_spec, **options):
+    """Every algorithm of a test starts from the same weights (seed 0), those the data was acted with."""
+    extra = {"replay": REPLAY} if algo == "dqn" else {}
+    return ALGORITHMS[algo](sampler=None, policy_spec=policy_spec, seed=0, total_steps=100_000, compile=False,
+                            **extra, **options)
 
 
 @pytest.fixture(scope="module")
 def rollout():
-    return cartpole_rollout(make_ppo)
+    """Seed 2: environment columns 0-1 hold 63 valid steps, 2-3 hold 62, so that the halves'
+    gradients must be weighted by their sample counts."""
+    policy_spec, batch = cartpole_rollout(lambda spec: make("ppo", spec), seed=2)
+    assert batch.valid[:, :2].sum() != batch.valid[:, 2:].sum()
+    return policy_spec, batch
+
+
+@pytest.fixture(scope="module")
+def q_rollout():
+    return cartpole_rollout(lambda spec: make("dqn", spec), spec_class=QNetworkSpec)
+
+
+def on_policy_updates(algo, rollout, options, count):
+    """`count` updates' whole-batch inputs, as rank 0 makes them from a real batch."""
+    policy_spec, batch = rollout
+    inputs = make(algo, policy_spec, **options).learning_inputs(batch)
+    return policy_spec, [inputs] * count
+
+
+def replay_updates(q_rollout, options, count):
+    """`count` updates of 2 minibatches each, drawn by rank 0 from a prioritised replay of real
+    CartPole transitions."""
+    policy_spec, batch = q_rollout
+    dqn = make("dqn", policy_spec, **options)
+    assert not hasattr(dqn, "storage")  # built without a sampler, as a group's other ranks are: no replay
+    dqn.build_replay()
+    assert dqn.insert(batch) > options["batch_size"]
+    lr = dqn.optimizer.param_groups[0]["lr"]
+    return policy_spec, [dqn.learning_inputs(lr=lr, most=2)[1] for _ in range(count)]
 
 
 def free_port() -> int:
@@ -33,76 +73,99 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def learner_rank(rank, world_size, port, policy_spec, shards, options, results):
-    """One learner process: join the group, learn from its shard of each update, report its weights."""
+def weights(algorithm) -> dict:
+    """The online and (where there is one) target network, as numpy."""
+    models = {"model": algorithm.model, "target": getattr(algorithm, "target_model", None)}
+    return {f"{prefix}.{k}": v.detach().numpy().copy()
+            for prefix, model in models.items() if model is not None for k, v in model.state_dict().items()}
+
+
+def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, results):
+    """One learner process: join the group, learn from its shard of each update, report its
+    weights and the TD errors its last update returned (DQN: every rank's rows)."""
     torch.set_num_threads(1)
     collective = join_group(rank=rank, world_size=world_size, address="127.0.0.1", port=port, timeout_s=TIMEOUT_S)
     try:
-        ppo = make_ppo(policy_spec, **options)
-        ppo.join_learner_group(collective)
+        algorithm = make(algo, policy_spec, **options)
+        algorithm.join_learner_group(collective)
         for shard in shards:
-            ppo.learn(shard)
+            out = algorithm.learn(shard)
         # numpy, not tensors: torch would share their memory through this process, which is ending
-        results.put((rank, {k: v.detach().numpy().copy() for k, v in ppo.model.state_dict().items()}))
+        results.put((rank, weights(algorithm), out.get("td_errors")))
     finally:
         leave_group()
 
 
-def learn_in_group(policy_spec, updates: list[dict], world_size: int, options: dict) -> list[dict]:
-    """Each rank's weights after `updates` (whole-batch inputs, cut by environment column)."""
+def learn_in_group(algo, policy_spec, updates: list[dict], world_size: int, options: dict) -> list[tuple]:
+    """Each rank's (weights, last TD errors) after `updates`, each cut as rank 0 cuts it (`shard_inputs`)."""
+    shards = [make(algo, policy_spec, **options).shard_inputs(inputs, world_size) for inputs in updates]
     context = multiprocessing.get_context("spawn")
     results, port = context.Queue(), free_port()
-    shards = [make_ppo(policy_spec, **options).shard_inputs(inputs, world_size) for inputs in updates]
     processes = [context.Process(target=learner_rank, daemon=True,
-                                 args=(rank, world_size, port, policy_spec,
-                                       [update[rank] for update in shards], options, results))
+                                 args=(rank, world_size, port, algo, policy_spec, options,
+                                       [update[rank] for update in shards], results))
                  for rank in range(world_size)]
     for p in processes:
         p.start()
     try:
-        weights = dict(results.get(timeout=4 * TIMEOUT_S) for _ in processes)
+        reports = {rank: rest for rank, *rest in (results.get(timeout=4 * TIMEOUT_S) for _ in processes)}
     finally:
         for p in processes:
             p.join(timeout=TIMEOUT_S)
             if p.is_alive():
                 p.kill()
     assert [p.exitcode for p in processes] == [0] * world_size
-    return [{k: torch.from_numpy(v) for k, v in weights[rank].items()} for rank in range(world_size)]
+    return [reports[rank] for rank in range(world_size)]
 
 
-def whole_batch_inputs(policy_spec, batch, **options) -> dict:
-    return make_ppo(policy_spec, **options).learning_inputs(batch)
+def learn_alone(algo, policy_spec, updates: list[dict], options: dict) -> tuple[dict, dict, np.ndarray | None]:
+    """(weights before, weights after, last TD errors) of one learner on the whole inputs."""
+    alone = make(algo, policy_spec, **options)
+    start = weights(alone)
+    for inputs in updates:
+        out = alone.learn(inputs)
+    return start, weights(alone), out.get("td_errors")
 
 
-def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(rollout):
-    """One PPO update (4 epochs, each one step on the whole batch, advantages normalised) with
-    learners=2 on 2 environment columns each gives one learner's weights on all 4."""
-    policy_spec, batch = rollout
-    options = {"epochs": 4, "minibatch_size": WHOLE_BATCH}
-    inputs = whole_batch_inputs(policy_spec, batch, **options)
-    alone = make_ppo(policy_spec, **options)
-    start = {k: v.clone() for k, v in alone.model.state_dict().items()}
-    alone.learn(inputs)
-    group = learn_in_group(policy_spec, [inputs], 2, options)
-    for name, expected in alone.model.state_dict().items():
-        assert not torch.equal(expected, start[name]) or name.startswith("obs_normalizer")
-        for rank_weights in group:
-            np.testing.assert_allclose(rank_weights[name].numpy(), expected.numpy(), rtol=0, atol=1e-5, err_msg=name)
+CASES = {  # options, updates: every case's gradient steps are on whole batches (or whole minibatches)
+    "ppo": ({"epochs": 4, "minibatch_size": WHOLE_BATCH}, 1),  # 4 epochs, advantages normalised
+    "a2c": ({"normalize_advantages": True}, 2),
+    "impala": ({}, 2),
+    "appo": ({"minibatch_size": WHOLE_BATCH, "target_update_every": 3}, 3),  # the buffer's reuse, a target refresh
+    "dqn": ({"batch_size": 33, "target_update_every": 3}, 2),  # 4 steps, a target refresh, rows 17 + 16
+}
+
+
+@pytest.mark.parametrize("algo", sorted(CASES))
+def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(algo, rollout, q_rollout):
+    """Updates with learners=2, each rank on half of every batch (or minibatch), give one
+    learner's weights on the whole, within 1e-5, and every rank the same weights bit for bit;
+    DQN's TD errors come back to rank 0 for every row."""
+    options, count = CASES[algo]
+    if algo == "dqn":
+        policy_spec, updates = replay_updates(q_rollout, options, count)
+    else:
+        policy_spec, updates = on_policy_updates(algo, rollout, options, count)
+    start, expected, expected_td = learn_alone(algo, policy_spec, updates, options)
+    group = learn_in_group(algo, policy_spec, updates, 2, options)
+    for name, value in expected.items():
+        assert not np.array_equal(value, start[name]) or "obs_normalizer" in name, name
+        np.testing.assert_allclose(group[0][0][name], value, rtol=0, atol=1e-5, err_msg=name)
+        np.testing.assert_array_equal(group[1][0][name], group[0][0][name], err_msg=name)
+    if algo == "dqn":
+        assert expected_td.shape == (2, options["batch_size"])
+        np.testing.assert_allclose(group[0][1], expected_td, rtol=0, atol=1e-5)
 
 
 def test_ranks_keep_identical_weights_through_minibatch_updates(rollout):
     """Shuffled minibatches, several epochs, two updates: every rank ends with the same weights,
-    bit for bit (they all apply the same all-reduced gradient), and with one learner's weights."""
-    policy_spec, batch = rollout
+    bit for bit (they all apply the same all-reduced gradient), and with one learner's weights:
+    each rank learns its rows of one learner's minibatches (PPO.shard_inputs)."""
     options = {"epochs": 3, "minibatch_size": 32}
-    inputs = whole_batch_inputs(policy_spec, batch, **options)
-    rank0, rank1 = learn_in_group(policy_spec, [inputs, inputs], 2, options)
-    alone = make_ppo(policy_spec, **options)
-    start = {k: v.clone() for k, v in alone.model.state_dict().items()}
-    for _ in range(2):
-        alone.learn(inputs)
-    assert not torch.equal(rank0["weights.0"], start["weights.0"])
-    for name, expected in alone.model.state_dict().items():
-        assert torch.equal(rank0[name], rank1[name]), name
-        # each rank's rows of one learner's minibatches: the group learns what one learner learns
-        np.testing.assert_allclose(rank0[name].numpy(), expected.numpy(), rtol=0, atol=1e-5, err_msg=name)
+    policy_spec, updates = on_policy_updates("ppo", rollout, options, 2)
+    (rank0, _), (rank1, _) = learn_in_group("ppo", policy_spec, updates, 2, options)
+    start, alone, _ = learn_alone("ppo", policy_spec, updates, options)
+    assert not np.array_equal(rank0["model.weights.0"], start["model.weights.0"])
+    for name in rank0:
+        assert np.array_equal(rank0[name], rank1[name]), name
+        np.testing.assert_allclose(rank0[name], alone[name], rtol=0, atol=1e-5, err_msg=name)
