@@ -235,6 +235,12 @@ class Algorithm(ABC):
             **({"learner_rngs": self.learner_group.rank_rngs} if self.learner_group is not None else {}),
         }
 
+    def learner_state(self) -> dict:
+        """What every rank of a learner group starts from, and what a failed update returns rank
+        0 to: the state without the replay's contents (which only rank 0 keeps, and learning
+        does not change)."""
+        return {k: v for k, v in self.state_dict().items() if k != "replay"}
+
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

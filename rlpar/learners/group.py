@@ -125,7 +125,7 @@ class LearnerGroup:
         address = self.ray.util.get_node_ip_address()
         listening = meeting_point(address)
         port = listening.getsockname()[1]
-        state = self.ray.put(copy.deepcopy(algorithm.state_dict()))
+        state = self.ray.put(algorithm.learner_state())
         rngs = self.rank_rngs if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors) else [None] * len(self.actors)
         refs = [actor.join.remote(address=address, port=port, world_size=self.world_size, timeout_s=self.timeout_s,
                                   state=state, rng=rng) for actor, rng in zip(self.actors, rngs)]
@@ -154,7 +154,7 @@ class LearnerGroup:
     def learn(self, algorithm, inputs: dict) -> dict:
         """Rank 0's diagnostics of one update learned by every rank on its shard of `inputs`. A
         lost rank: rank 0's weights before the update, the group again, the same inputs."""
-        before = copy.deepcopy(algorithm.state_dict())
+        before = copy.deepcopy(algorithm.learner_state())
         while True:
             try:
                 if not self.joined:
