@@ -181,6 +181,10 @@ def _check_learners(c: ConfigView, workers, envs_per_worker) -> None:
     if c.sampler is not None and not c.sampler.learner_groups:
         c.problems.append(f"learners: {learners} learners run as Ray actors: use parallel=distributed (a private Ray "
                           f"instance on this machine, or a cluster); parallel={c.get('parallel.name')} learns in one process")
+    device = c.get("hardware.device")
+    if isinstance(device, str) and device.startswith("cuda"):
+        c.problems.append(f"learners: {learners} learners on hardware.device={device}: the group runs on CPUs (gloo) so "
+                          f"far; its GPU path (NCCL) is not built yet. Use learners=1 on the GPU, or hardware=cpu")
     if all(isinstance(n, int) for n in (workers, envs_per_worker)) and workers * envs_per_worker < learners:
         c.problems.append(f"learners: {learners} learners need at least one environment column each; there are "
                           f"{workers * envs_per_worker} (workers x envs_per_worker)")
