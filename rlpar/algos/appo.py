@@ -21,7 +21,7 @@ from rlpar.learning.batch_tensors import valid_step_tensors, vtrace_inputs
 from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
-from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
+from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.vtrace import compute_vtrace
 
 
@@ -154,7 +154,7 @@ class APPO(Algorithm):
         """The loss of one minibatch and its parts (what algo.compile compiles)."""
         logp, entropy, values = self.model.evaluate_actions(obs, actions)
         if self.normalize_advantages:  # over the minibatch of every rank in a learner group
-            advantages = normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
+            advantages = self.normalized(advantages)
         p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
         v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()

@@ -16,6 +16,7 @@ import torch
 
 from rlpar.learning.batch_tensors import explained_variance, valid_step_tensors
 from rlpar.learning.compiled import CompiledStep
+from rlpar.learning.ppo_loss import normalize
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
 from rlpar.learning.step import GuardedStep
@@ -205,6 +206,11 @@ class Algorithm(ABC):
         if self.collective is not None:
             self.collective.broadcast_module(self.model, parameters=False)
             self.optimizer.param_groups[0]["lr"] = inputs["lr"]
+
+    def normalized(self, advantages: torch.Tensor) -> torch.Tensor:
+        """Advantages normalised over the minibatch: this one, or in a learner group the union
+        of every rank's rows of it, as one learner would."""
+        return normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
 
     def minibatch_plan(self, size: int) -> tuple[int, int]:
         """The minibatch size and the minibatches per pass over `size` samples (the remainder is

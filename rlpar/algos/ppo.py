@@ -15,7 +15,7 @@ from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
-from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
+from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.sampling.batch import batch_layout
 
 # What an update's gradient steps take from its inputs, per valid step.
@@ -212,7 +212,7 @@ class PPO(Algorithm):
         with_entropy = self.entropy_coef != 0
         logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
         if self.normalize_advantages:  # over the minibatch of every rank in a learner group
-            advantages = normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
+            advantages = self.normalized(advantages)
         if behaviour_weights is not None:
             advantages = advantages * behaviour_weights
         p_loss = clipped_policy_loss(logp, old_logp, advantages, self.clip)
