@@ -20,7 +20,7 @@ class MemoryCue(gym.Env):
     observations follow, then a query; the action taken on the query is the answer (+1 when it
     names the cue, `wrong_reward` otherwise) and ends the episode. Every other action is ignored
     and rewarded 0, so an episode is `delay + 2` steps. A feed-forward policy answers at chance
-    (expected return 0 with two cues), a recurrent one scores 1.
+    (expected return 0 with two cues); one that remembers the cue scores 1.
 
     Observation (float32): [cue one-hot (num_cues), query flag, fraction of the episode left].
     """
