@@ -19,7 +19,8 @@ from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, piece_count, piece_tensors, take_pieces, valid_steps
+from rlpar.learning.sequences import (evaluate_steps, piece_count, piece_tensors, sequence_stats, take_pieces,
+                                     valid_steps)
 from rlpar.sampling.batch import batch_layout
 
 # What an update's gradient steps take from its inputs, per valid step.
@@ -207,6 +208,8 @@ class PPO(Algorithm):
         }
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
+        if "valid" in data:
+            out.update(sequence_stats(data["valid"]))
         return out
 
     def epoch_minibatches(self, data: dict, inputs: dict, epoch: int):

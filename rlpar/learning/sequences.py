@@ -65,3 +65,13 @@ def valid_steps(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     """A per-step array of pieces ([L, P]) as the flat valid steps `evaluate_steps` returns; flat
     steps (`valid` None) as they are."""
     return x if valid is None else x[valid]
+
+
+def sequence_stats(valid: torch.Tensor) -> dict:
+    """What a recurrent learner logs about its pieces ([L, P] valid steps): how many, how long,
+    the share of padding and autoreset steps, and the episode starts inside a piece (states
+    zeroed mid-piece), per piece."""
+    length, count = valid.shape
+    return {"sequence_pieces": count, "sequence_length": length,
+            "sequence_invalid_fraction": float(1.0 - valid.float().mean()),
+            "sequence_resets_per_piece": float((~valid[:-1]).sum()) / count}
