@@ -174,6 +174,23 @@ def test_recurrent_central_batches_are_the_workers_own(make_cfg, tmp_path):
     assert metrics["inference_batches"] > 0
 
 
+
+@pytest.mark.slow
+def test_recurrent_central_torch_backend_follows_the_workers(make_cfg, tmp_path):
+    """`parallel.inference_backend=torch` (the GPU path, here on the CPU): float32 states on the
+    server, within rounding of the workers' float64 ones. MemoryCue's observations do not depend
+    on the actions, so the rollouts stay comparable even where a rounding flips an action."""
+    layout = ("parallel=multiprocess", "workers=3", "envs_per_worker=2")
+    worker, _ = recurrent_batches(make_cfg, tmp_path, "worker", *layout)
+    central, _ = recurrent_batches(make_cfg, tmp_path, "torch", *layout, "parallel.inference=central",
+                                   "parallel.inference_backend=torch")
+    for a, b in zip(worker, central, strict=True):
+        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_allclose(a.states, b.states, atol=1e-5)
+        np.testing.assert_allclose(a.values, b.values, atol=1e-5)
+        np.testing.assert_allclose(a.bootstrap_value, b.bootstrap_value, atol=1e-5)
+    assert np.abs(central[1].states).max() > 0.01
+
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 def test_torch_server_keeps_recurrent_states_like_the_numpy_one(core):
     """The GPU path (`inference_backend=torch`) with a recurrent module, here on the CPU: over steps
