@@ -19,6 +19,10 @@ the workers reach it through its address:
   before the next rollout: synchronous, and then exactly A2C with the same hyper-parameters.
 Except with shared memory, the server owns the weights and the optimiser; the learner's own
 (A2C's) model and optimiser are only the initial ones.
+
+A recurrent policy (`model.recurrent`): each worker's gradient is over its rollout as one
+sequence per environment, unrolled from the state stored at the rollout's start, reset at
+episode ends (rlpar.learning.actor_critic); async n-step Q does the same with its Q-networks.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class A3C(A2C):
     worker_class = GradientWorker
     central_inference = False
     data_parallel = False  # its workers (or a parameter server) make the gradients, not a learner
+    recurrent_policies = True  # each worker's gradient over its rollout in sequence, from the stored start state
     worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
     # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.

@@ -57,6 +57,7 @@ class Algorithm(ABC):
     collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
     precisions = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)
+    recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:

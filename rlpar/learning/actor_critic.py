@@ -11,6 +11,7 @@ from rlpar.learning.batch_tensors import advantage_inputs, explained_variance, v
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
+from rlpar.learning.sequences import evaluate_steps, piece_tensors, valid_steps
 
 ADVANTAGES = ("nstep", "gae")
 
@@ -38,25 +39,33 @@ class ActorCriticLoss:
             return compute_gae(**inputs, gamma=self.gamma, gae_lambda=self.gae_lambda)
         return compute_nstep_returns(**inputs, gamma=self.gamma, n_steps=self.n_steps or batch.rewards.shape[0])
 
-    def inputs(self, batch, advantages, returns, device) -> dict:
-        """The loss's tensors: the rollout's valid steps only."""
-        return valid_step_tensors({"obs": batch.obs, "actions": batch.actions, "advantages": advantages,
-                                   "returns": returns}, batch.valid, device)
+    def inputs(self, batch, advantages, returns, device, recurrent: bool = False) -> dict:
+        """The loss's tensors: the rollout's valid steps only; for a recurrent model, the whole
+        rollout as one sequence per environment, unrolled from the state stored at its start."""
+        arrays = {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns}
+        if recurrent:
+            return piece_tensors(arrays, states=batch.states, valid=batch.valid, length=None, device=device)
+        return valid_step_tensors(arrays, batch.valid, device)
 
     def loss(self, models: dict, batch, rewards):
         """A gradient worker's view: (the loss on this rollout, its parts and the critic's
         explained variance, as logged)."""
         advantages, returns = self.targets(batch, rewards)
-        loss, parts = self(models["model"], **self.inputs(batch, advantages, returns, "cpu"))
+        model = models["model"]
+        loss, parts = self(model, **self.inputs(batch, advantages, returns, "cpu", recurrent=model.recurrent))
         keep = batch.valid.reshape(-1)
         loss_policy, loss_value, loss_entropy = parts.tolist()
         return loss, {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
                       "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])}
 
-    def __call__(self, model, obs, actions, advantages, returns):
+    def __call__(self, model, obs, actions, advantages, returns, initial_state=None, valid=None):
         """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x
-        value regression - entropy_coef x entropy."""
-        logp, entropy, values = model.evaluate_actions(obs, actions)
+        value regression - entropy_coef x entropy. A recurrent model's inputs are pieces of
+        sequences ([L, P] arrays, `initial_state` and `valid`: rlpar.learning.sequences), the
+        loss over their valid steps."""
+        logp, entropy, values = evaluate_steps(model, {"obs": obs, "actions": actions, "initial_state": initial_state,
+                                                       "valid": valid})
+        advantages, returns = valid_steps(advantages, valid), valid_steps(returns, valid)
         if self.normalize_advantages:
             advantages = normalize(advantages)
         p_loss = policy_gradient_loss(logp, advantages)

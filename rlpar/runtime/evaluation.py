@@ -18,7 +18,8 @@ EVAL_SEED_OFFSET = 10_000  # evaluation episode i runs on seed + 10_000 + i, awa
 def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec, num_episodes: int, seed: int,
                     max_steps: int = 100_000, render_mode: str | None = None,
                     wrap_env: Callable[[gym.Env], gym.Env] | None = None, episodes: list | None = None) -> dict:
-    """Greedy actions (argmax or Gaussian mean); returns mean/std/min/max of episode returns.
+    """Greedy actions (argmax or Gaussian mean); returns mean/std/min/max of episode returns. A
+    recurrent policy starts each episode from a zero state and carries it from step to step.
 
     `render_mode` is passed to the environment (`rgb_array` for videos), `wrap_env` wraps it
     (e.g. in Gymnasium's RecordVideo), and `episodes`, when given, receives each episode's
@@ -41,9 +42,10 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
         for episode in range(num_episodes):
             obs, _ = env.reset(seed=seed + episode)
             total, steps, done = 0.0, 0, False
+            state = np.zeros((1, policy.state_size)) if policy.state_size else None  # a recurrent policy's memory
             while not done and steps < max_steps:
                 x = policy.normalize(flatten(np.asarray(obs)[None]))
-                action, _, _ = policy.act(x, None)
+                action, _, _ = policy.act(x, None, state)  # advances `state`
                 obs, reward, terminated, truncated, _ = env.step(mapper.to_env(action)[0])
                 total += float(reward)
                 steps += 1

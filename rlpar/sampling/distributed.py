@@ -129,7 +129,7 @@ class DistributedSampler(WorkerPoolSampler):
         return server_cls.remote(policy_spec=self.policy_spec, **self.inference_options)
 
     def _inference_client(self, worker: int):
-        return RayInferenceClient(self.inference)
+        return RayInferenceClient(self.inference, first_env=worker * self.worker_envs)
 
     def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
                       node_index: int | None = None, on_lost=None) -> Service:

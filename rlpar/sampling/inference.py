@@ -16,6 +16,10 @@ Transports:
 - `parallel=distributed`: a Ray actor (`InferenceServer`) on the learner's node; each env runner
   sends its observations with one call per step, and the actor answers the calls that arrive
   together (all live runners, or whoever came within `wait_ms`) with one forward pass.
+
+A recurrent policy's states stay on the server, one per environment row of the run; a request
+says per row where the entering state comes from, and the reply's next state keeps the worker's
+own array a mirror of the server's (rlpar.sampling.inference_states).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from multiprocessing import connection
 import numpy as np
 
 from rlpar.envs.spaces import action_layout, noise_layout
+from rlpar.sampling.inference_states import SET, ClientStates, ServerStates
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 
 log = logging.getLogger("rlpar")
@@ -38,10 +43,11 @@ log = logging.getLogger("rlpar")
 class InferencePolicy:
     """The server's policy: the workers' numpy acting policy on a CPU; with a CUDA `device` (or
     `backend="torch"`), the learner's torch module there, its outputs fed to the same numpy action
-    choice."""
+    choice. A recurrent policy's states are kept here, for `num_envs` rows to begin with."""
 
-    def __init__(self, *, policy_spec, device: str = "cpu", backend: str | None = None):
+    def __init__(self, *, policy_spec, device: str = "cpu", backend: str | None = None, num_envs: int = 0):
         self.acting = policy_spec.acting_policy()
+        self.states = ServerStates(policy_spec.state_size, num_envs) if policy_spec.state_size else None
         self.module = None
         if (backend or ("numpy" if device == "cpu" else "torch")) == "torch":
             import torch
@@ -57,27 +63,50 @@ class InferencePolicy:
             state = {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items() if k in self.module_keys}
             self.module.load_state_dict(state)
 
-    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray):
+    def answer(self, raw_obs: np.ndarray, noise: np.ndarray, rows=None, codes=None, set_values=None) -> tuple:
+        """What the workers record for raw observations; for a recurrent policy (environment
+        rows `rows`, entering states from `codes` and `set_values`, inference_states) the next
+        states follow."""
+        if self.states is None:
+            return self.act_raw(raw_obs, noise)
+        state = self.states.enter(rows, codes, set_values)
+        replies = self.act_raw(raw_obs, noise, state)
+        self.states.keep(rows, state)
+        return (*replies, state)
+
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None = None):
+        """As an acting copy's: a recurrent policy's `state` ([N, S] float64) advances in place."""
         if self.module is None:
-            return self.acting.act_raw(raw_obs, noise)
+            return self.acting.act_raw(raw_obs, noise, state)
         obs = self.acting.normalize(raw_obs)
-        with self.torch.inference_mode():
-            outputs = self.module.acting_outputs(self.torch.as_tensor(obs, device=self.device))
-            outputs = tuple(o.to("cpu", self.torch.float64).numpy() for o in outputs)
+        torch = self.torch
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, device=self.device)
+            if state is None:
+                outputs = self.module.acting_outputs(x)
+            else:
+                outputs, next_state = self.module.acting_outputs(x, torch.as_tensor(state, dtype=torch.float32,
+                                                                                    device=self.device))
+                state[:] = next_state.to("cpu", torch.float64).numpy()
+            outputs = tuple(o.to("cpu", torch.float64).numpy() for o in outputs)
         return (obs, *self.acting.choose(outputs, noise))
 
 
 def inference_layout(policy_spec, num_envs: int) -> dict:
     """Shapes and dtypes of the request and reply arrays of `num_envs` environments."""
     obs = ((num_envs, policy_spec.obs_dim), np.dtype(policy_spec.obs_dtype))
+    states = ((num_envs, policy_spec.state_size), np.float64)
     return {
         "request_obs": obs, "request_noise": noise_layout(policy_spec.action, (num_envs,)),
         "reply_obs": obs, "reply_actions": action_layout(policy_spec.action, (num_envs,)),
         "reply_logp": ((num_envs,), np.float32), "reply_values": ((num_envs,), np.float32),
+        **({"request_state_code": ((num_envs,), np.int8), "request_state": states, "reply_state": states}
+           if policy_spec.state_size else {}),
     }
 
 
 REPLIES = ("reply_obs", "reply_actions", "reply_logp", "reply_values")
+RECURRENT_REPLIES = (*REPLIES, "reply_state")
 ANSWERED, CLOSED = b"\0", b"\1"  # what the learner rings back
 
 
@@ -114,6 +143,7 @@ class SharedMemoryInferenceClient:
         self.blocks, arrays = attach_shared_arrays(self.names, self.layout)
         self.arrays = {k: v[self.rows] for k, v in arrays.items()}
         self.learner_pid = os.getppid()
+        self.states = ClientStates() if "reply_state" in self.arrays else None
         return self
 
     def release(self) -> None:
@@ -123,9 +153,14 @@ class SharedMemoryInferenceClient:
     def set_weights(self, weights: dict) -> None:
         """Weights live on the server."""
 
-    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray):
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None = None):
+        """As an acting copy's: a recurrent policy's `state` advances in place (the server's next state)."""
         self.arrays["request_obs"][:] = raw_obs
         self.arrays["request_noise"][:] = noise
+        if self.states is not None:
+            codes, values = self.states.request(state)
+            self.arrays["request_state_code"][:] = codes
+            self.arrays["request_state"][codes == SET] = values
         self.conn.send_bytes(b"\0")
         # A forked sibling may hold the learner's end of this pipe, so the learner's death need not
         # reach us as end-of-file: check that it still lives while waiting.
@@ -134,6 +169,8 @@ class SharedMemoryInferenceClient:
                 raise EOFError("the learner's process is gone")
         if self.conn.recv_bytes() != ANSWERED:
             raise EOFError("the learner closed central inference")
+        if self.states is not None:
+            self.states.replied(state, self.arrays["reply_state"])
         return tuple(self.arrays[name].copy() for name in REPLIES)
 
 
@@ -142,7 +179,7 @@ class SharedMemoryInference:
 
     def __init__(self, *, policy_spec, num_envs: int, worker_envs: int, device: str = "cpu",
                  backend: str | None = None, wait_ms: float = 0.2):
-        self.policy = InferencePolicy(policy_spec=policy_spec, device=device, backend=backend)
+        self.policy = InferencePolicy(policy_spec=policy_spec, device=device, backend=backend, num_envs=num_envs)
         self.worker_envs, self.wait_s = worker_envs, wait_ms / 1000.0
         self.layout = inference_layout(policy_spec, num_envs)
         self.blocks, self.arrays = create_shared_arrays(self.layout)
@@ -229,10 +266,14 @@ class SharedMemoryInference:
         rows = np.concatenate([np.arange(w * E, (w + 1) * E) for w in workers])
         self.has_weights.wait()
         start = time.perf_counter()
+        request = [self.arrays["request_obs"][rows], self.arrays["request_noise"][rows]]
+        if self.policy.states is not None:
+            codes = self.arrays["request_state_code"][rows]
+            request += [rows, codes, self.arrays["request_state"][rows][codes == SET]]
         with self.lock:
-            replies = self.policy.act_raw(self.arrays["request_obs"][rows], self.arrays["request_noise"][rows])
+            replies = self.policy.answer(*request)
             self.stats.add(len(rows), time.perf_counter() - start)
-        for name, values in zip(REPLIES, replies):
+        for name, values in zip(RECURRENT_REPLIES, replies):
             self.arrays[name][rows] = values
 
     def close(self) -> None:
@@ -259,7 +300,7 @@ class _PendingBatch:
     """Requests answered by one forward pass, and then their replies."""
 
     def __init__(self):
-        self.requests: list = []  # (raw observations, noise)
+        self.requests: list = []  # (raw observations, noise), and a recurrent policy's (rows, codes, SET values)
         self.replies: list | None = None
         self.error: Exception | None = None
 
@@ -284,12 +325,17 @@ class InferenceServer:
             self.expected = max(live_workers, 1)
         self.has_weights.set()
 
-    def act(self, raw_obs: np.ndarray, noise: np.ndarray):
+    def act(self, raw_obs: np.ndarray, noise: np.ndarray, first_env: int = 0, codes=None, set_values=None):
+        """Replies for a runner's environments; a recurrent policy's are rows [first_env,
+        first_env + N) of the run, their entering states from `codes` (inference_states)."""
         self.has_weights.wait()
+        request = (raw_obs, noise)
+        if codes is not None:
+            request += (np.arange(first_env, first_env + len(raw_obs)), codes, set_values)
         with self.changed:
             batch = self.batch
             index = len(batch.requests)
-            batch.requests.append((raw_obs, noise))
+            batch.requests.append(request)
             deadline = time.monotonic() + self.wait_s
             while batch.replies is None and batch.error is None:
                 left = deadline - time.monotonic()
@@ -305,9 +351,9 @@ class InferenceServer:
         """Under the lock: one forward pass for `batch`, which stops taking requests."""
         self.batch = _PendingBatch()
         start = time.perf_counter()
-        sizes = [len(raw_obs) for raw_obs, _ in batch.requests]
+        sizes = [len(request[0]) for request in batch.requests]
         try:
-            replies = self.policy.act_raw(*(np.concatenate(parts) for parts in zip(*batch.requests)))
+            replies = self.policy.answer(*(np.concatenate(parts) for parts in zip(*batch.requests)))
             batch.replies = [np.split(reply, np.cumsum(sizes)[:-1]) for reply in replies]
         except Exception as err:  # every waiting runner hears of it
             batch.error = err
@@ -324,10 +370,11 @@ class InferenceServer:
 
 
 class RayInferenceClient:
-    """An env runner's end: the server's actor handle."""
+    """An env runner's end: the server's actor handle, and the run's row of its first environment."""
 
-    def __init__(self, server):
-        self.server = server
+    def __init__(self, server, first_env: int = 0):
+        self.server, self.first_env = server, first_env
+        self.states = ClientStates()
 
     def open(self) -> RayInferenceClient:
         import ray
@@ -338,5 +385,11 @@ class RayInferenceClient:
     def set_weights(self, weights: dict) -> None:
         """Weights live on the server."""
 
-    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray):
-        return self.get(self.server.act.remote(raw_obs, noise))
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray, state: np.ndarray | None = None):
+        """As an acting copy's: a recurrent policy's `state` advances in place (the server's next state)."""
+        if state is None:
+            return self.get(self.server.act.remote(raw_obs, noise))
+        codes, values = self.states.request(state)
+        *replies, next_state = self.get(self.server.act.remote(raw_obs, noise, self.first_env, codes, values))
+        self.states.replied(state, next_state)
+        return tuple(replies)

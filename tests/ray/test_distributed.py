@@ -148,6 +148,18 @@ def test_distributed_central_inference_first_batch_is_local_and_served_on_the_le
     assert 17 <= metrics["inference_batches"] <= 4 * 17
 
 
+def test_distributed_central_inference_keeps_recurrent_states_as_workers_do(cluster, make_cfg, tmp_path):
+    """A recurrent policy served by the InferenceServer, which keeps every environment's state by
+    its row of the run: the batches (stored states included) of one local worker acting itself."""
+    from tests.unit.test_central_inference import assert_same_batches, recurrent_batches
+
+    local, _ = recurrent_batches(make_cfg, tmp_path, "local", "workers=1", "envs_per_worker=6")
+    central, metrics = recurrent_batches(make_cfg, tmp_path, "central", "parallel=distributed", "workers=3",
+                                         "envs_per_worker=2", "parallel.inference=central")
+    assert_same_batches(local, central)
+    assert metrics["inference_batches"] > 0
+
+
 def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path):
     """Ape-X on the two-node cluster: actors write to two ReplayShard actors, one per node; the
     learner samples them. SIGKILL one shard's process: it is started again (empty), counted, and

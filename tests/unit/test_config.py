@@ -120,6 +120,18 @@ def test_q_learners_refuse_an_actor_critic_model(make_cfg, algo):
         validate_config(make_cfg(f"algo={algo}", "model=actor_critic"), check_env=False)
 
 
+def test_recurrent_model_is_refused_by_algorithms_that_learn_feed_forward_policies_only(make_cfg):
+    """An algorithm declares `recurrent_policies`; the base default (False) refuses, naming those that take one."""
+    with pytest.raises(ConfigError) as err:
+        validate_config(make_cfg("algo=apex", "model.recurrent=lstm"), check_env=False)
+    [problem] = [p for p in err.value.problems if p.startswith("model.recurrent")]
+    assert problem.startswith("model.recurrent: algo=apex learns feed-forward policies only; use model.recurrent=null, "
+                              "or algo=")
+    assert "ppo" in problem.split("or algo=")[1] and "apex" not in problem.split("or algo=")[1]
+    validate_config(make_cfg("algo=ppo", "model.recurrent=lstm"), check_env=False)
+    validate_config(make_cfg("algo=ppo", "model.recurrent=gru"), check_env=False)
+
+
 def test_resume_of_missing_directory_is_refused(make_cfg, tmp_path):
     cfg = make_cfg(f"resume={tmp_path / 'nope'}")
     with pytest.raises(ConfigError, match="resume"):
