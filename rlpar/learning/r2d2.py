@@ -71,7 +71,8 @@ def sequence_priorities(td_abs: torch.Tensor, mask: torch.Tensor, eta: float = 0
 
 
 def masked_weighted_huber(td_errors: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the trained steps of importance weights ([B], one per sequence) x Huber(td)."""
+    """Mean over sequences of importance weight ([B]) x the mean Huber(td) of its trained steps:
+    a mean over rows, so learners sharing a minibatch's rows learn what one learner would."""
     mask = mask.to(td_errors.dtype)
-    per_step = weights.unsqueeze(0) * mask
-    return weighted_huber(td_errors, per_step) * mask.numel() / mask.sum().clamp(min=1)
+    per_step = weights.unsqueeze(0) * mask / mask.sum(0, keepdim=True).clamp(min=1)
+    return weighted_huber(td_errors, per_step) * mask.shape[0]

@@ -312,9 +312,9 @@ def test_value_rescaling_inverts_and_squashes():
     assert rescale(torch.tensor(-99.0)).item() == pytest.approx(-(10 - 1) - 99e-3)
 
 
-def test_masked_huber_averages_the_trained_steps_with_sequence_weights():
+def test_masked_huber_averages_each_sequence_s_trained_steps_then_the_weighted_sequences():
     td = torch.tensor([[0.5, 3.0], [-2.0, 100.0]])
     mask = torch.tensor([[True, True], [True, False]])
     weights = torch.tensor([1.0, 0.5])
-    expected = (1.0 * 0.125 + 0.5 * 2.5 + 1.0 * 1.5) / 3
+    expected = (1.0 * (0.125 + 1.5) / 2 + 0.5 * 2.5) / 2
     assert masked_weighted_huber(td, weights, mask).item() == pytest.approx(expected)
