@@ -76,3 +76,38 @@ def masked_weighted_huber(td_errors: torch.Tensor, weights: torch.Tensor, mask: 
     mask = mask.to(td_errors.dtype)
     per_step = weights.unsqueeze(0) * mask / mask.sum(0, keepdim=True).clamp(min=1)
     return weighted_huber(td_errors, per_step) * mask.shape[0]
+
+
+def sequence_q_loss(*, model, target_model, obs, actions, rewards, terminated, mask, initial_state, weights,
+                    burn_in: int, n: int, gamma: float, double_q: bool = True, value_rescaling: bool = False):
+    """R2D2's loss on a minibatch of stored sequences (row-major [B, L (+ 1), ...], as replay
+    keeps them): both networks unroll the burn-in from the stored state without gradient, then
+    the trained part (the online one with gradient); n-step double-Q targets over the trained
+    part, a masked Huber loss. Returns (loss, sequence priorities [B], Q of the trained steps).
+
+    Padding steps are invalid, so the networks' reset rule zeroes the state entering an episode's
+    first step; across the cut after the burn-in that reset is applied here."""
+    obs, actions, rewards, terminated, mask = (x.transpose(0, 1) for x in (obs, actions, rewards, terminated, mask))
+    valid = torch.cat([mask, mask.new_zeros((1, mask.shape[1]))])  # the observation after: not a step
+
+    def unroll(network, with_grad: bool):
+        with torch.set_grad_enabled(with_grad and torch.is_grad_enabled()):
+            state = initial_state
+            if burn_in:
+                with torch.no_grad():
+                    _, state = network.q_sequence(obs[:burn_in], state, valid[:burn_in])
+                state = torch.where(valid[burn_in - 1].unsqueeze(-1), state, torch.zeros_like(state))
+            return network.q_sequence(obs[burn_in:], state, valid[burn_in:])[0]
+
+    q = unroll(model, with_grad=True)  # [length + 1, B, A]
+    q_target = unroll(target_model, with_grad=False)
+    trained = mask[burn_in:]
+    discounts = gamma * (~terminated[burn_in:]).to(q.dtype)
+    with torch.no_grad():
+        targets = sequence_targets(q_target=q_target, q_online=q.detach() if double_q else None,
+                                   rewards=rewards[burn_in:], discounts=discounts, real=trained, n=n,
+                                   value_rescaling=value_rescaling)
+    q_taken = q[:-1].gather(-1, actions[burn_in:].unsqueeze(-1)).squeeze(-1)
+    td_errors = torch.where(trained, targets - q_taken, torch.zeros_like(q_taken))
+    loss = masked_weighted_huber(td_errors, weights, trained)
+    return loss, sequence_priorities(td_errors.detach().abs(), trained), q_taken.detach()[trained]

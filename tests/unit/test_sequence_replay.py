@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlpar.learning.r2d2 import masked_weighted_huber, rescale, sequence_priorities, sequence_targets, unrescale
+from rlpar.learning.r2d2 import (masked_weighted_huber, rescale, sequence_priorities, sequence_q_loss, sequence_targets,
+                                unrescale)
 from rlpar.replay.samplers import PrioritizedSampler
 from rlpar.replay.sequences import SequenceWriter, sequence_fields
 from rlpar.replay.storage import RingStorage
@@ -318,3 +319,83 @@ def test_masked_huber_averages_each_sequence_s_trained_steps_then_the_weighted_s
     weights = torch.tensor([1.0, 0.5])
     expected = (1.0 * (0.125 + 1.5) / 2 + 0.5 * 2.5) / 2
     assert masked_weighted_huber(td, weights, mask).item() == pytest.approx(expected)
+
+
+# ---------------------------------------------------------------- the loss on unrolled sequences
+
+
+class TinyRecurrentQ(torch.nn.Module):
+    """A GRU cell and a linear head with the Q-network contract's `q_sequence`: Q at step t from
+    the state after obs[t]; the state entering t zeroed after an invalid step t - 1."""
+
+    def __init__(self, obs_dim=2, state_size=4, actions=3, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.cell, self.head = torch.nn.GRUCell(obs_dim, state_size), torch.nn.Linear(state_size, actions)
+
+    def q_sequence(self, obs, initial_state, valid):
+        state, q = initial_state, []
+        for t in range(len(obs)):
+            if t > 0:
+                state = state * valid[t - 1].unsqueeze(-1)
+            state = self.cell(obs[t], state)
+            q.append(self.head(state))
+        return torch.stack(q), state
+
+
+def stored_sequences(B=5, burn_in=3, length=4, seed=0):
+    """Row-major sequences as replay returns them: rows 0 and 3 front-padded (an episode starts
+    at row 3, the first trained one, and at row 1), row 1 terminated at row 5, row 2 truncated
+    at row 6, row 4 whole."""
+    g = torch.Generator().manual_seed(seed)
+    L = burn_in + length
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[0, :3] = False
+    mask[3, :1] = False
+    mask[1, 6:] = False
+    mask[2, 7:] = False
+    terminated = torch.zeros(B, L, dtype=torch.bool)
+    terminated[1, 5] = True
+    obs = torch.randn(B, L + 1, 2, generator=g)
+    return dict(obs=obs, actions=torch.randint(0, 3, (B, L), generator=g), rewards=torch.randn(B, L, generator=g),
+                terminated=terminated, mask=mask, initial_state=torch.randn(B, 4, generator=g))
+
+
+def test_sequence_loss_unrolls_the_burn_in_from_the_stored_state_and_trains_after_it():
+    burn_in, gamma = 3, 0.9
+    model, target = TinyRecurrentQ(seed=0), TinyRecurrentQ(seed=1)
+    data = stored_sequences(burn_in=burn_in)
+    weights = torch.tensor([1.0, 0.5, 0.25, 1.0, 0.8])
+    loss, priorities, q_taken = sequence_q_loss(model=model, target_model=target, **data, weights=weights,
+                                                burn_in=burn_in, n=2, gamma=gamma)
+    # By hand: one unroll of every row from its stored state over all L + 1 observations.
+    time_major = {k: v.transpose(0, 1) for k, v in data.items() if k != "initial_state"}
+    valid = torch.cat([time_major["mask"], torch.zeros(1, 5, dtype=torch.bool)])
+    q_all = model.q_sequence(time_major["obs"], data["initial_state"], valid)[0][burn_in:]
+    q_target_all = target.q_sequence(time_major["obs"], data["initial_state"], valid)[0][burn_in:]
+    trained = time_major["mask"][burn_in:]
+    discounts = gamma * (~time_major["terminated"][burn_in:]).float()
+    targets = reference_targets(q_target_all.detach(), q_all.detach(), time_major["rewards"][burn_in:], discounts,
+                                trained, 2, False)
+    chosen = q_all[:-1].gather(-1, time_major["actions"][burn_in:].unsqueeze(-1)).squeeze(-1)
+    td = torch.where(trained, targets - chosen, 0.0)
+    torch.testing.assert_close(priorities, sequence_priorities(td.abs().detach(), trained))
+    torch.testing.assert_close(loss, masked_weighted_huber(td, weights, trained))
+    torch.testing.assert_close(q_taken, chosen.detach()[trained])
+    # No gradient through the burn-in: the same as starting at its end from the burnt-in state
+    # (with a target network equal to the online one, whose burnt-in state is then the same).
+    target.load_state_dict(model.state_dict())
+    loss = sequence_q_loss(model=model, target_model=target, **data, weights=weights, burn_in=burn_in, n=2,
+                           gamma=gamma)[0]
+    loss.backward()
+    with_burn_in = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with torch.no_grad():
+        burnt = model.q_sequence(time_major["obs"][:burn_in], data["initial_state"], valid[:burn_in])[1]
+        burnt = torch.where(valid[burn_in - 1].unsqueeze(-1), burnt, 0.0)
+    cut = {k: v[:, burn_in:] for k, v in data.items() if k != "initial_state"}
+    again, _, _ = sequence_q_loss(model=model, target_model=target, **cut, initial_state=burnt, weights=weights,
+                                  burn_in=0, n=2, gamma=gamma)
+    again.backward()
+    for ours, theirs in zip(with_burn_in, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(ours, theirs)
