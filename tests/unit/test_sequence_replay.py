@@ -2,8 +2,6 @@
 ends, autoreset steps, columns in any order, one environment twice in a batch, a resume), and
 the learning pieces (targets, priorities, loss, value rescaling) against direct computations."""
 
-import io
-
 import numpy as np
 import pytest
 import torch
@@ -13,15 +11,9 @@ from rlpar.learning.r2d2 import (masked_weighted_huber, rescale, sequence_priori
 from rlpar.replay.samplers import PrioritizedSampler
 from rlpar.replay.sequences import SequenceWriter, sequence_fields
 from rlpar.replay.storage import RingStorage
-from tests.episode_flags import covers_every_case, rollout_flags
-
-
-def through_checkpoint(state):
-    """What a checkpoint file gives back (weights_only: tensors and plain values only)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
+from tests.episode_flags import covers_every_case
+from tests.unit.test_replay import random_rollouts as transition_rollouts
+from tests.unit.test_replay import through_checkpoint
 
 
 # ---------------------------------------------------------------- sequences by hand
@@ -159,17 +151,9 @@ def reference_sequences(rollouts, burn_in, length, period):
 
 
 def random_rollouts(seed, T, N, count, obs_dim=2, state_size=3):
-    rng = np.random.default_rng(seed)
-    env_ids = rng.permutation(N) * 2 + 5  # sparse, shuffled global ids
-    flags = rollout_flags(rng, T * count, N)  # one long stretch cut into rollouts
-    out = []
-    for i in range(count):
-        terminated, truncated, valid = (f[i * T : (i + 1) * T] for f in flags)
-        out.append(dict(obs=rng.normal(size=(T, N, obs_dim)).astype(np.float32), actions=rng.integers(0, 4, (T, N)),
-                        rewards=rng.normal(size=(T, N)).astype(np.float32), terminated=terminated, truncated=truncated,
-                        valid=valid, env_ids=env_ids, last_obs=rng.normal(size=(N, obs_dim)).astype(np.float32),
-                        states=rng.normal(size=(T, N, state_size)).astype(np.float32)))
-    return out
+    """test_replay's rollouts (one stretch of steps cut into rollouts), with states entering each step."""
+    states = np.random.default_rng(seed + 1).normal(size=(count, T, N, state_size)).astype(np.float32)
+    return [{**ro, "states": s} for ro, s in zip(transition_rollouts(seed, T, N, count, obs_dim), states)]
 
 
 def assert_same_sequences(out, expected):
