@@ -2,6 +2,9 @@
 
 One iteration: act with the current weights -> GAE advantages -> `epochs` passes of shuffled
 minibatches -> new weights. Runs on every sampler; `sync_mode=blocking` keeps it on-policy.
+A recurrent policy (`model.recurrent`) learns from pieces of `sequence_length` steps of each
+environment (whole rollouts by default), each replayed from its stored state: minibatches are
+whole pieces (rlpar.learning.sequences).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
+from rlpar.learning.sequences import evaluate_steps, piece_count, piece_tensors, take_pieces, valid_steps
 from rlpar.sampling.batch import batch_layout
 
 # What an update's gradient steps take from its inputs, per valid step.
@@ -24,6 +28,8 @@ LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "re
 
 class PPO(Algorithm):
     data_parallel = True
+    recurrent_policies = True
+
     def __init__(
         self,
         *,
@@ -50,10 +56,12 @@ class PPO(Algorithm):
         reward_clip: float | None = None,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        sequence_length: int | None = None,
         compile: str | bool = "auto",
         precision: str = "fp32",
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled).
+        `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
@@ -66,9 +74,10 @@ class PPO(Algorithm):
         self.epochs, self.minibatch_size = epochs, minibatch_size
         self.normalize_advantages = normalize_advantages
         self.target_kl = target_kl
+        self.sequence_length = sequence_length
         self.rng = np.random.default_rng([seed, 2])
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size,
-                                        precision=precision)
+                                        precision=precision, recurrent=self.model.recurrent)
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
@@ -108,9 +117,11 @@ class PPO(Algorithm):
         lr = self.count_steps(batch)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
-        size = int(batch.valid.sum())  # each epoch's shuffle, drawn here: in a group, rank 0 deals them out
+        # each epoch's shuffle (of valid steps, or of a recurrent policy's pieces), drawn here: in
+        # a group, rank 0 deals them out
+        size = piece_count(*batch.valid.shape, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
         return {"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp, "old_values": batch.values,
-                "advantages": advantages, "returns": returns, "valid": batch.valid, "lr": lr,
+                "advantages": advantages, "returns": returns, "valid": batch.valid, "states": batch.states, "lr": lr,
                 "lagged": batch.policy_version < self.version,
                 "orders": [self.rng.permutation(size) for _ in range(self.epochs)]}
 
@@ -130,7 +141,12 @@ class PPO(Algorithm):
         that reads the whole batch or keeps running statistics (rewards, GAE, the observation
         normaliser) happened before, on rank 0."""
         self.receive_from_rank0(inputs)
-        data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
+        arrays = {name: inputs[name] for name in LEARNING_ARRAYS}
+        if self.model.recurrent:  # [L, P] pieces with their valid steps and stored states
+            data = piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=self.sequence_length,
+                                 device=self.device)
+        else:
+            data = valid_step_tensors(arrays, inputs["valid"], self.device)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
         if inputs["lagged"]:
             self.decouple_from_behaviour(data)
@@ -143,9 +159,15 @@ class PPO(Algorithm):
         policy, not the one that acted, and each sample's advantage is weighted by
         pi_current / pi_behaviour: after an update of hundreds of gradient steps, ratios against
         the behaviour policy would start far outside the clip range."""
-        current_logp = self.model.evaluate_actions(data["obs"], data["actions"], with_entropy=False)[0]
-        data["behaviour_weights"] = (current_logp - data["old_logp"]).exp()
-        data["old_logp"] = current_logp
+        current_logp = evaluate_steps(self.model, data, with_entropy=False)[0]
+        valid = data.get("valid")
+        if valid is None:
+            data["behaviour_weights"] = (current_logp - data["old_logp"]).exp()
+            data["old_logp"] = current_logp
+        else:  # pieces: the valid steps' entries (the others are never read)
+            data["behaviour_weights"][valid] = (current_logp - data["old_logp"][valid]).exp()
+            data["old_logp"] = data["old_logp"].clone()
+            data["old_logp"][valid] = current_logp
 
     def optimise(self, data: dict, inputs: dict | None = None) -> dict:
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
@@ -161,7 +183,7 @@ class PPO(Algorithm):
                 _, p_loss, v_loss, logp = self.gradient_step.steps(**part)
                 losses.append(torch.stack((p_loss, v_loss), dim=1))
                 new_logps.append(logp.reshape(-1))
-                old_logps.append(part["old_logp"].reshape(-1))
+                old_logps.append(valid_steps(part["old_logp"], part.get("valid")).reshape(-1))
             new_logp, old_logp = torch.cat(new_logps), torch.cat(old_logps)
             epoch_stats.append(torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip))))
             if self.collective is not None:  # every rank stops at the same epoch (target_kl)
@@ -172,7 +194,7 @@ class PPO(Algorithm):
         loss_policy, loss_value = torch.cat(losses).nanmean(0).tolist()  # (a rank's share of a minibatch may be empty)
         kl, clip_frac = torch.stack(epoch_stats).mean(0).tolist()
         with torch.no_grad():
-            _, entropy, _ = self.model.evaluate_actions(data["obs"], data["actions"])
+            _, entropy, _ = evaluate_steps(self.model, data)
         out = {
             "loss_policy": loss_policy,
             "loss_value": loss_value,
@@ -192,6 +214,13 @@ class PPO(Algorithm):
         contiguous views of the shuffled data, `unroll` at a time (one compiled graph); in a
         group, this rank's rows of each (`shard_inputs`), one at a time."""
         share = inputs.get("minibatches")
+        if "valid" in data:  # a recurrent policy's pieces: minibatches of whole pieces, one at a time
+            count = data["valid"].shape[1]
+            per = min(max(self.minibatch_size // data["valid"].shape[0], 1), count)
+            order = torch.from_numpy(inputs["orders"][epoch])
+            for first in range(0, count - per + 1, per):  # (the remainder is left out)
+                yield {k: v[None] for k, v in take_pieces(data, order[first:first + per]).items()}
+            return
         if share is not None:
             order, ends = torch.from_numpy(share["orders"][epoch]), share["ends"][epoch]
             for start, end in zip([0, *ends[:-1]], ends):
@@ -206,11 +235,18 @@ class PPO(Algorithm):
             group = min(unroll, count - first)
             yield {k: v[first * mb : (first + group) * mb].view(group, mb, *v.shape[1:]) for k, v in shuffled.items()}
 
-    def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None):
+    def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None,
+                       initial_state=None, valid=None):
         """The loss of one minibatch and its parts (what algo.compile compiles).
-        `behaviour_weights`: pi_current / pi_behaviour for a lagged batch (update() passes ones otherwise)."""
+        `behaviour_weights`: pi_current / pi_behaviour for a lagged batch (update() passes ones otherwise).
+        A recurrent policy's minibatch is pieces ([L, P] arrays, `initial_state` and `valid`):
+        the loss is over their valid steps."""
         with_entropy = self.entropy_coef != 0
-        logp, entropy, values = self.model.evaluate_actions(obs, actions, with_entropy=with_entropy)
+        logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
+                                                            "valid": valid}, with_entropy=with_entropy)
+        if valid is not None:
+            old_logp, old_values, advantages, returns, behaviour_weights = (
+                valid_steps(x, valid) for x in (old_logp, old_values, advantages, returns, behaviour_weights))
         if self.normalize_advantages:  # over the minibatch of every rank in a learner group
             advantages = self.normalized(advantages)
         if behaviour_weights is not None:

@@ -185,6 +185,9 @@ def _check_learners(c: ConfigView, workers, envs_per_worker) -> None:
     if isinstance(device, str) and device.startswith("cuda"):
         c.problems.append(f"learners: {learners} learners on hardware.device={device}: the group runs on CPUs (gloo) so "
                           f"far; its GPU path (NCCL) is not built yet. Use learners=1 on the GPU, or hardware=cpu")
+    if c.get("model.recurrent") is not None:
+        c.problems.append(f"learners: {learners} learners with model.recurrent={c.get('model.recurrent')}: a learner "
+                          f"group shares feed-forward policies only so far; use learners=1 for a recurrent policy")
     if all(isinstance(n, int) for n in (workers, envs_per_worker)) and workers * envs_per_worker < learners:
         c.problems.append(f"learners: {learners} learners need at least one environment column each; there are "
                           f"{workers * envs_per_worker} (workers x envs_per_worker)")
@@ -213,6 +216,8 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     number("value_clip", low=0, low_open=True, optional=True)
     number("n_steps", integer=True, low=1, optional=True)
     number("rmsprop_alpha", low=0, high=1, high_open=True)
+    number("sequence_length", integer=True, low=1, optional=True)  # a recurrent policy's learning pieces
+    number("burn_in", integer=True, low=0)
     for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval", "server_sync_interval"):
         number(name, integer=True, low=1)
     for name in ("learning_starts", "exploration_steps"):

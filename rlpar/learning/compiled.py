@@ -53,10 +53,12 @@ def _wait_for_background_compiles() -> None:
         thread.join()
 
 
-def compile_setting(setting: str | bool, *, expected_gradient_steps: int, precision: str = "fp32") -> bool:
+def compile_setting(setting: str | bool, *, expected_gradient_steps: int, precision: str = "fp32",
+                    recurrent: bool = False) -> bool:
     """Whether to compile: `true`, `false`, or `auto` (by the run's expected gradient steps);
-    never with a precision other than fp32 (see above)."""
-    if precision != "fp32":
+    never with a precision other than fp32 (see above), nor for a recurrent model, whose steps
+    unroll a loop over a sequence of varying valid steps."""
+    if precision != "fp32" or recurrent:
         return False
     if setting == "auto":
         return expected_gradient_steps >= AUTO_MIN_GRADIENT_STEPS

@@ -35,6 +35,9 @@ class ActorCriticBase(nn.Module):
     `acting_outputs`, `evaluate_actions`, and `spec`, `discrete`, `num_outputs`, `log_std` (Box
     actions), `obs_normalizer`. Subclasses build their layers, then call `_add_log_std`."""
 
+    recurrent = False  # a recurrent network reads sequences (recurrent.py)
+    state_size = 0
+
     def __init__(self, spec: PolicySpec):
         super().__init__()
         self.spec = spec
@@ -74,6 +77,10 @@ class ActorCriticBase(nn.Module):
         torch.distributions does the same maths with several times the per-call overhead.
         Factored actions ([N, F] indices): the factors' log-probabilities and entropies, summed."""
         out, values = self.towers(obs)
+        return self.action_terms(out, values, actions, with_entropy)
+
+    def action_terms(self, out: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, with_entropy: bool):
+        """`evaluate_actions` from the network's outputs: what recurrent networks share."""
         if out.dtype in (torch.bfloat16, torch.float16):  # under autocast (algo.precision): the heads' maths in float32
             out, values = out.float(), values.float()
         entropy = None
@@ -91,7 +98,7 @@ class ActorCriticBase(nn.Module):
             z = (actions - out) * torch.exp(-self.log_std)
             logp = (-0.5 * z.pow(2)).sum(-1) - (self.log_std.sum() + LOG_SQRT_2PI * self.num_outputs)
             if with_entropy:
-                entropy = (0.5 + LOG_SQRT_2PI + self.log_std).sum().expand(len(obs))
+                entropy = (0.5 + LOG_SQRT_2PI + self.log_std).sum().expand(len(out))
         return logp, entropy, values
 
 

@@ -29,25 +29,25 @@ class NumpyActing:
     def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
         return raw_obs
 
-    def outputs(self, obs: np.ndarray) -> tuple:
-        """The network's outputs (float64) for normalised observations."""
+    state_size = 0  # values per environment in a recurrent state (numpy_recurrent.py); 0: none
+
+    def outputs(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple:
+        """The network's outputs (float64) for normalised observations. A recurrent copy reads
+        and advances `state` ([N, state_size] float64) in place; others ignore it."""
         raise NotImplementedError
 
     def choose(self, outputs: tuple, noise: np.ndarray | None):
         """Actions, log-probabilities and values from `outputs`; `noise=None` acts greedily."""
         raise NotImplementedError
 
-    def act(self, obs: np.ndarray, noise: np.ndarray | None):
-        return self.choose(self.outputs(obs), noise)
+    def act(self, obs: np.ndarray, noise: np.ndarray | None, state: np.ndarray | None = None):
+        return self.choose(self.outputs(obs, state), noise)
 
-    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray | None):
+    def act_raw(self, raw_obs: np.ndarray, noise: np.ndarray | None, state: np.ndarray | None = None):
         """Normalised observations, actions, log-probabilities and values for raw observations:
         the one call per step a rollout makes (the same whether the policy is here or central)."""
         obs = self.normalize(raw_obs)
-        return (obs, *self.act(obs, noise))
-
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        return self.act(obs, None)[2]
+        return (obs, *self.act(obs, noise, state))
 
 
 def categorical(logits: np.ndarray, noise: np.ndarray | None, last):

@@ -193,7 +193,7 @@ class NumpyCNNPolicy(PolicyChoice):
         self.heads_bias = np.concatenate([weights["actor.bias"], weights["critic.bias"]]).astype(self.encoder.dtype)
         self.set_choice_weights(weights)
 
-    def outputs(self, obs: np.ndarray):
+    def outputs(self, obs: np.ndarray, state=None):
         """Actor outputs [N, A] and values [N], in float64."""
         x = self.encoder(obs) @ self.heads
         x += self.heads_bias

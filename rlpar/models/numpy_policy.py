@@ -26,18 +26,38 @@ def _layers(weights: dict) -> list[tuple[np.ndarray, np.ndarray]]:
             for i in range(count)]
 
 
-class NumpyPolicy(PolicyChoice):
+class WhitenedObservations:
+    """Observations whitened with the statistics that arrive with the weights (`normalize_obs`),
+    clipped as the learner's ObservationNormalizer does."""
+
+    clip_obs, epsilon = 10.0, 1e-8
+
+    def _init_whitening(self, spec) -> None:
+        self.obs_mean = np.zeros(spec.obs_dim, np.float32)
+        self.obs_inv_std = np.ones(spec.obs_dim, np.float32)
+
+    def _set_whitening(self, weights: dict) -> None:
+        if self.spec.normalize_obs:
+            self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
+            var = np.asarray(weights["obs_normalizer.var"], np.float64)
+            self.obs_inv_std = (1.0 / np.sqrt(var + self.epsilon)).astype(np.float32)
+
+    def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
+        if not self.spec.normalize_obs:
+            return raw_obs
+        return np.minimum(np.maximum((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs), self.clip_obs)
+
+
+class NumpyPolicy(WhitenedObservations, PolicyChoice):
     """The MLP actor-critic; actions chosen by PolicyChoice (numpy_acting.py)."""
 
-    def __init__(self, spec: PolicySpec, clip_obs: float = 10.0, epsilon: float = 1e-8):
+    def __init__(self, spec: PolicySpec):
         super().__init__(spec.action)
         self.spec = spec
         self.pixels = spec.obs_dtype == "uint8"  # image bytes fed to the MLP: scaled to [0, 1] as in torch
         self.activation = ACTIVATIONS[spec.activation]
-        self.clip_obs, self.epsilon = clip_obs, epsilon
         self.layers: list = []
-        self.obs_mean = np.zeros(spec.obs_dim, np.float32)
-        self.obs_inv_std = np.ones(spec.obs_dim, np.float32)
+        self._init_whitening(spec)
 
     def set_weights(self, weights: dict) -> None:
         self.layers = _layers(weights)
@@ -45,18 +65,10 @@ class NumpyPolicy(PolicyChoice):
         w, b = self.layers[0]
         self._first_w = np.ascontiguousarray(np.concatenate([w[0], w[1]], axis=1))
         self._first_b = np.concatenate([b[0, 0], b[1, 0]])
-        if self.spec.normalize_obs:
-            self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
-            var = np.asarray(weights["obs_normalizer.var"], np.float64)
-            self.obs_inv_std = (1.0 / np.sqrt(var + self.epsilon)).astype(np.float32)
+        self._set_whitening(weights)
         self.set_choice_weights(weights)
 
-    def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
-        if not self.spec.normalize_obs:
-            return raw_obs
-        return np.minimum(np.maximum((raw_obs - self.obs_mean) * self.obs_inv_std, -self.clip_obs), self.clip_obs)
-
-    def outputs(self, obs: np.ndarray):
+    def outputs(self, obs: np.ndarray, state=None):
         """Actor outputs [N, A] and values [N], in float64."""
         # float64: BLAS kernels round differently for different batch sizes; in double precision
         # the differences vanish when results are stored as float32, so a worker with 2

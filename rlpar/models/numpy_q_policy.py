@@ -29,7 +29,6 @@ class NumpyQPolicy(EpsilonGreedyChoice):
 
             self.encoder = NumpyEncoder(spec.chosen_encoder, spec.image_shape, spec.channels_last)
         self.layers: list = []
-        self.value_head = None
 
     def set_weights(self, weights: dict) -> None:
         # float64: results then do not depend on the batch size (see NumpyPolicy.outputs).
@@ -39,8 +38,7 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         else:
             trunk = sorted({int(k.split(".")[1]) for k in weights if k.startswith("trunk.")})
             self.layers = [(as64(f"trunk.{i}.weight").T.copy(), as64(f"trunk.{i}.bias")) for i in trunk]
-        self.advantage_head = (as64("advantage.weight").T.copy(), as64("advantage.bias"))
-        self.value_head = (as64("value.weight").T.copy(), as64("value.bias")) if "value.weight" in weights else None
+        self.heads = q_heads(weights)
         self.set_choice_weights(weights)
 
     def features(self, obs: np.ndarray) -> np.ndarray:
@@ -54,11 +52,23 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         return x
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
-        x = self.features(obs)
-        advantage = x @ self.advantage_head[0] + self.advantage_head[1]
-        if self.value_head is None:
-            return advantage
-        return x @ self.value_head[0] + self.value_head[1] + advantage - advantage.mean(axis=1, keepdims=True)
+        return q_from_features(self.features(obs), self.heads)
 
-    def outputs(self, obs: np.ndarray) -> tuple:
+    def outputs(self, obs: np.ndarray, state=None) -> tuple:
         return (self.q_values(obs),)
+
+
+def q_heads(weights: dict) -> tuple:
+    """The advantage head and (dueling) the value head of a Q-network's state dict, float64."""
+    as64 = lambda name: np.asarray(weights[name], np.float64)  # noqa: E731
+    value = (as64("value.weight").T.copy(), as64("value.bias")) if "value.weight" in weights else None
+    return (as64("advantage.weight").T.copy(), as64("advantage.bias")), value
+
+
+def q_from_features(x: np.ndarray, heads: tuple) -> np.ndarray:
+    """Q-values [N, A] of features [N, F]: linear, or dueling (as q_network.QNetwork.heads)."""
+    (w_a, b_a), value = heads
+    advantage = x @ w_a + b_a
+    if value is None:
+        return advantage
+    return x @ value[0] + value[1] + advantage - advantage.mean(axis=1, keepdims=True)

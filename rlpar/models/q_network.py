@@ -25,6 +25,8 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 class QNetwork(nn.Module):
     discrete = True
+    recurrent = False  # a recurrent Q-network reads sequences (recurrent.py)
+    state_size = 0
 
     def __init__(self, spec: QNetworkSpec):
         super().__init__()
@@ -43,8 +45,11 @@ class QNetwork(nn.Module):
                 layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[spec.activation]()]
             self.trunk = nn.Sequential(*layers)
             features = sizes[-1]
-        self.advantage = nn.Linear(features, spec.action.size)
-        self.value = nn.Linear(features, 1) if spec.dueling else None
+        self._build_heads(features)
+
+    def _build_heads(self, width: int) -> None:
+        self.advantage = nn.Linear(width, self.spec.action.size)
+        self.value = nn.Linear(width, 1) if self.spec.dueling else None
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         if self.image:
@@ -55,14 +60,17 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values [N, actions]."""
-        features = self.features(obs)
+        return self.heads(self.features(obs))
+
+    def heads(self, features: torch.Tensor) -> torch.Tensor:
+        """Q-values [..., actions] of features [..., F]: linear, or dueling."""
         advantage = self.advantage(features)
         value = None if self.value is None else self.value(features)
         if advantage.dtype in (torch.bfloat16, torch.float16):  # under autocast (algo.precision): the heads' maths in float32
             advantage, value = advantage.float(), None if value is None else value.float()
         if value is None:
             return advantage
-        return value + advantage - advantage.mean(dim=1, keepdim=True)
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
 
     def acting_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor]:
         """What NumpyQPolicy.outputs computes, for a central inference server on a GPU."""

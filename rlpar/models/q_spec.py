@@ -37,6 +37,8 @@ class QNetworkSpec(NetworkFields):
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
     acting: str = "auto"  # auto | numpy | torch: the workers' copy (rlpar.models.spec.choose_acting)
+    recurrent: str | None = None  # lstm | gru: R2D2's recurrent Q-network (rlpar.models.recurrent)
+    recurrent_size: int = 128
 
     def __post_init__(self):
         if not self.action.discrete:
@@ -47,6 +49,10 @@ class QNetworkSpec(NetworkFields):
 
     def build(self):
         """The trainable torch module (learner side)."""
+        if self.recurrent is not None:
+            from rlpar.models.recurrent import RecurrentQNetwork
+
+            return RecurrentQNetwork(self)
         from rlpar.models.q_network import QNetwork
 
         return QNetwork(self)
@@ -59,6 +65,10 @@ class QNetworkSpec(NetworkFields):
             from rlpar.models.torch_acting import TorchQPolicy
 
             return TorchQPolicy(self, env_ids)
+        if self.recurrent is not None:
+            from rlpar.models.numpy_recurrent import NumpyRecurrentQPolicy
+
+            return NumpyRecurrentQPolicy(self, env_ids)
         from rlpar.models.numpy_q_policy import NumpyQPolicy
 
         return NumpyQPolicy(self, env_ids)

@@ -10,6 +10,7 @@ from rlpar.envs.spaces import ActionInfo
 ACTIVATIONS = ("tanh", "relu", "elu")
 ENCODERS = ("auto", "mlp", "nature", "impala", "small")
 ACTING = ("auto", "numpy", "torch")
+RECURRENT = ("lstm", "gru")  # model.recurrent; null: feed-forward
 NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions need 36 pixels
 TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
 MODEL_KINDS = {"actor_critic": "a policy and its value", "q_network": "Q-values"}  # kind -> what an algorithm learns with it
@@ -53,6 +54,10 @@ def check_image_fields(spec) -> None:
         raise ValueError(f"acting '{spec.acting}' is not one of {', '.join(ACTING)}")
     if spec.acting == "torch" and choose_encoder(spec.encoder, spec.image_shape) == "mlp":
         raise ValueError("acting=torch is for CNN encoders; an MLP acts faster with its numpy copy (acting=numpy)")
+    if spec.recurrent is not None and spec.recurrent not in RECURRENT:
+        raise ValueError(f"recurrent '{spec.recurrent}' is not one of {', '.join(RECURRENT)} or null")
+    if not positive_integers([spec.recurrent_size]):
+        raise ValueError(f"recurrent_size: expected a positive integer, got {spec.recurrent_size!r}")
     if spec.normalize_obs and spec.obs_dtype == "uint8":
         raise ValueError("normalize_obs: image observations are scaled to [0, 1] by the network, not whitened "
                          "(use normalize_obs=false)")
@@ -83,6 +88,13 @@ class NetworkFields:
                 config.choice(key, choices)
         if "normalize_obs" in model:
             config.choice("model.normalize_obs", ("auto", True, False))
+        if model.get("recurrent") is not None:
+            config.choice("model.recurrent", RECURRENT)
+            if config.algorithm.get("recurrent_policies") is False:
+                problems.append(f"model.recurrent: algo={config.get('algo.name')} learns feed-forward policies only; "
+                                f"use model.recurrent=null, or algo={config.algorithms_with('recurrent_policies', True)}")
+        if "recurrent_size" in model and not positive_integers([model["recurrent_size"]]):
+            problems.append(f"model.recurrent_size: expected a positive integer, got {model['recurrent_size']!r}")
         return problems
 
     @classmethod
@@ -119,6 +131,11 @@ class NetworkFields:
     def chosen_acting(self) -> str:
         return choose_acting(self.acting, self.chosen_encoder)
 
+    @property
+    def state_size(self) -> int:
+        """Values in one environment's recurrent state (0: feed-forward)."""
+        return {"lstm": 2 * self.recurrent_size, "gru": self.recurrent_size}.get(self.recurrent, 0)
+
 
 @dataclass(frozen=True)
 class PolicySpec(NetworkFields):
@@ -135,12 +152,19 @@ class PolicySpec(NetworkFields):
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
     acting: str = "auto"  # auto | numpy | torch: the workers' copy of the network (see choose_acting)
+    recurrent: str | None = None  # lstm | gru: an LSTM or GRU core between the encoder and the heads
+    recurrent_size: int = 128  # the core's hidden units
 
     def __post_init__(self):
         self._settle_fields()
 
     def build(self):
-        """The trainable torch module (learner side): the MLP actor-critic, or the CNN one."""
+        """The trainable torch module (learner side): the MLP actor-critic, the CNN one, or a
+        recurrent one over either encoder."""
+        if self.recurrent is not None:
+            from rlpar.models.recurrent import RecurrentActorCritic
+
+            return RecurrentActorCritic(self)
         if self.chosen_encoder == "mlp":
             from rlpar.models.actor_critic import ActorCritic
 
@@ -159,6 +183,10 @@ class PolicySpec(NetworkFields):
             from rlpar.models.torch_acting import TorchPolicy
 
             return TorchPolicy(self)
+        if self.recurrent is not None:
+            from rlpar.models.numpy_recurrent import NumpyRecurrentPolicy
+
+            return NumpyRecurrentPolicy(self)
         if self.chosen_encoder == "mlp":
             from rlpar.models.numpy_policy import NumpyPolicy
 

@@ -35,6 +35,7 @@ class TorchActing:
             torch.set_num_threads(1)
         self.torch = torch
         self.module = spec.build().requires_grad_(False).eval()
+        self.state_size = self.module.state_size
         self.module_keys = set(self.module.state_dict())
 
     def _load(self, weights: dict) -> None:
@@ -42,10 +43,17 @@ class TorchActing:
         state = {k: torch.tensor(np.asarray(v)) for k, v in weights.items() if k in self.module_keys}
         self.module.load_state_dict(state)
 
-    def outputs(self, obs: np.ndarray) -> tuple:
-        """The module's acting outputs, as float64 arrays (what `choose` takes)."""
-        with self.torch.inference_mode():
-            outputs = self.module.acting_outputs(self.torch.as_tensor(obs))
+    def outputs(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple:
+        """The module's acting outputs, as float64 arrays (what `choose` takes); a recurrent
+        module's `state` advances in place."""
+        torch = self.torch
+        with torch.inference_mode():
+            if self.module.recurrent:
+                outputs, next_state = self.module.acting_outputs(torch.as_tensor(obs),
+                                                                 torch.as_tensor(state, dtype=torch.float32))
+                state[:] = next_state.numpy()
+            else:
+                outputs = self.module.acting_outputs(torch.as_tensor(obs))
         return tuple(o.numpy().astype(np.float64) for o in outputs)
 
 

@@ -10,12 +10,15 @@ from rlpar.envs.spaces import action_layout
 
 TIME_MAJOR_FIELDS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "valid")
 PER_ENV_FIELDS = ("bootstrap_value", "last_obs", "env_ids")  # [N, ...]: one entry per environment
+RECURRENT_FIELDS = ("states",)  # [T, N, S]: time-major, present only for a recurrent policy
 
 
 def batch_layout(policy_spec, T: int, N: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Shapes and dtypes of a batch's arrays for T steps of N environments."""
     obs_dtype = np.dtype(policy_spec.obs_dtype)  # uint8 images stay bytes until the learner's network
+    recurrent = {"states": ((T, N, policy_spec.state_size), np.float32)} if policy_spec.state_size else {}
     return {
+        **recurrent,
         "obs": ((T, N, policy_spec.obs_dim), obs_dtype),
         "actions": action_layout(policy_spec.action, (T, N)),
         "logp": ((T, N), np.float32),
@@ -44,6 +47,9 @@ class Batch:
     it; `last_obs` is that observation (normalised like `obs`), for learners that bootstrap with
     their own value function (V-trace). `env_ids` are the environments' global indices in the run,
     the same whichever worker stepped them, so a learner can follow an environment across rollouts.
+    `states` (recurrent policies only, else None) is the recurrent state entering each step, its
+    reset after an autoreset step already applied (rlpar.models.recurrent): a learner replays a
+    sequence from the state stored at its first step.
     """
 
     obs: np.ndarray
@@ -57,6 +63,7 @@ class Batch:
     bootstrap_value: np.ndarray
     last_obs: np.ndarray
     env_ids: np.ndarray
+    states: np.ndarray | None = None
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     # Where each episode ended: (step, environment column of this batch). Episodes are kept in
@@ -101,6 +108,8 @@ class Batch:
         if arrays is None:
             arrays = {name: np.concatenate([getattr(b, name) for b in batches], axis=1) for name in TIME_MAJOR_FIELDS}
             arrays.update({name: np.concatenate([getattr(b, name) for b in batches]) for name in PER_ENV_FIELDS})
+            if batches[0].states is not None:
+                arrays["states"] = np.concatenate([b.states for b in batches], axis=1)
         episodes, first_column = [], 0
         for b in batches:
             episodes += [((t, first_column + env), r, n) for (t, env), r, n in zip(b.episode_ends, b.episode_returns, b.episode_lengths)]
@@ -123,11 +132,13 @@ class Batch:
     def details(self) -> dict:
         """Everything but the arrays: episode statistics, versions, timings, extras (small and
         picklable: what a worker sends beside the arrays it wrote into shared memory)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
+        arrays = (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS, *RECURRENT_FIELDS)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in arrays}
 
     def copy(self) -> "Batch":
         """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
         arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
+        arrays["states"] = None if self.states is None else self.states.copy()
         details = {name: list(value) if isinstance(value, list) else value for name, value in self.details().items()}
         details["extras"] = {name: list(entries) for name, entries in self.extras.items()}
         return Batch(**arrays, **details)

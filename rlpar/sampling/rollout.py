@@ -64,6 +64,10 @@ class RolloutWorker:
         self.autoreset_pending = np.zeros(num_envs, dtype=bool)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        # A recurrent policy's state per environment (float64, as the numpy copy computes), zeroed
+        # before the step after an autoreset step (rlpar.models.recurrent); fresh environments start at zero.
+        self.recurrent_state = np.zeros((num_envs, policy_spec.state_size)) if policy_spec.state_size else None
+        self.state_reset_pending = np.zeros(num_envs, dtype=bool)
         self.last_rollout_end: float | None = None  # for the time this worker sat idle between rollouts
 
     def set_weights(self, weights: dict, version: int) -> None:
@@ -96,6 +100,9 @@ class RolloutWorker:
             "episode_return": torch.from_numpy(self.episode_return.copy()),
             "episode_length": torch.from_numpy(self.episode_length.copy()),
             "noise_rngs": [g.bit_generator.state for g in self.noise_rngs],
+            **({} if self.recurrent_state is None else {
+                "recurrent_state": torch.from_numpy(self.recurrent_state.copy()),
+                "state_reset_pending": torch.from_numpy(self.state_reset_pending.copy())}),
         }
 
     def set_state(self, state: dict) -> None:
@@ -111,6 +118,9 @@ class RolloutWorker:
         self.episode_length = state["episode_length"].numpy().copy()
         for generator, rng_state in zip(self.noise_rngs, state["noise_rngs"]):
             generator.bit_generator.state = rng_state
+        if self.recurrent_state is not None:
+            self.recurrent_state = state["recurrent_state"].numpy().copy()
+            self.state_reset_pending = state["state_reset_pending"].numpy().copy()
 
     def _draw_noise(self) -> np.ndarray:
         T, action = self.rollout_length, self.policy_spec.action
@@ -132,11 +142,15 @@ class RolloutWorker:
         env_restarts_before = env_restarts(self.venv)
         returns, lengths, ends = [], [], []
         act_raw = self.policy.act_raw
+        state = self.recurrent_state
         for t in range(T):
             if track_moments:
                 raw_sum += self.raw_obs
                 raw_sq += np.square(self.raw_obs, dtype=np.float64)
-            obs_buf[t], actions, logp, values = act_raw(self.raw_obs, noise[t])
+            if state is not None:
+                state[self.state_reset_pending] = 0.0
+                bufs["states"][t] = state
+            obs_buf[t], actions, logp, values = act_raw(self.raw_obs, noise[t], state)
             raw_next, rewards, terminated, truncated, _ = self.venv.step(self.action_mapper.to_env(actions))
             valid = ~self.autoreset_pending
             actions_buf[t], logp_buf[t], values_buf[t] = actions, logp, values
@@ -151,10 +165,12 @@ class RolloutWorker:
                     ends.append((t, int(i)))
                 self.episode_return[done] = 0.0
                 self.episode_length[done] = 0
+            self.state_reset_pending = ~valid
             self.autoreset_pending = done
             self.raw_obs = self.flatten(raw_next)
         last_obs, bootstrap, env_ids = bufs["last_obs"], bufs["bootstrap_value"], bufs["env_ids"]
-        last_obs[:], _, _, bootstrap[:] = act_raw(self.raw_obs, np.zeros_like(noise[0]))  # its actions unused
+        next_state = None if state is None else np.where(self.state_reset_pending[:, None], 0.0, state)  # not kept
+        last_obs[:], _, _, bootstrap[:] = act_raw(self.raw_obs, np.zeros_like(noise[0]), next_state)  # its actions unused
         env_ids[:] = np.arange(self.first_env_index, self.first_env_index + N)
         idle_s = started - self.last_rollout_end if self.last_rollout_end is not None else 0.0
         self.last_rollout_end = time.perf_counter()
@@ -170,6 +186,7 @@ class RolloutWorker:
             bootstrap_value=bootstrap,
             last_obs=last_obs,
             env_ids=env_ids,
+            states=bufs.get("states"),
             episode_returns=returns,
             episode_lengths=lengths,
             episode_ends=ends,

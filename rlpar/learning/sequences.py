@@ -1,0 +1,67 @@
+"""Sequences for recurrent learners: a batch's environment columns cut into pieces of a fixed
+length, each replayed from the recurrent state stored at its first step (`Batch.states`).
+
+A piece never mixes environments and keeps time order, so the core sees what the actor saw;
+the reset after an autoreset step happens inside it (rlpar.models.recurrent). A rollout whose
+length is not a multiple of the piece length ends in a shorter piece, padded with steps that are
+not valid (never trained on). Learners draw minibatches of whole pieces, never a cut through one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+
+def piece_count(rollout_length: int, num_envs: int, length: int | None) -> int:
+    """How many pieces a [T, E] batch makes (`length` None: whole rollouts)."""
+    return num_envs * math.ceil(rollout_length / (length or rollout_length))
+
+
+def cut_pieces(arrays: dict, *, states: np.ndarray, valid: np.ndarray, length: int | None) -> dict:
+    """Time-major [T, E, ...] arrays as [L, P, ...] pieces (piece p = k * E + e: the k-th piece of
+    environment e), with `valid` [L, P] and `initial_state` [P, S], the stored state entering
+    each piece."""
+    T, E = valid.shape
+    L = length or T
+    count = math.ceil(T / L)
+    pad = count * L - T
+
+    def pieces(a: np.ndarray) -> np.ndarray:
+        if pad:
+            a = np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)])
+        return a.reshape(count, L, E, *a.shape[2:]).swapaxes(0, 1).reshape(L, count * E, *a.shape[2:])
+
+    out = {name: pieces(a) for name, a in arrays.items()}
+    out["valid"] = pieces(valid)
+    out["initial_state"] = states[::L].reshape(count * E, -1)
+    return out
+
+
+def piece_tensors(arrays: dict, *, states: np.ndarray, valid: np.ndarray, length: int | None, device) -> dict:
+    """`cut_pieces` as tensors on `device`: what a recurrent learner's minibatches are taken from."""
+    return {name: torch.as_tensor(a, device=device)
+            for name, a in cut_pieces(arrays, states=states, valid=valid, length=length).items()}
+
+
+def take_pieces(data: dict, pieces: torch.Tensor) -> dict:
+    """The pieces `pieces` (indices) of `piece_tensors`' output: along axis 1, the states along axis 0."""
+    return {name: (v[pieces] if name == "initial_state" else v[:, pieces]) for name, v in data.items()}
+
+
+def evaluate_steps(model, data: dict, *, with_entropy: bool = True):
+    """The model's log-probabilities, entropies and values for `data`'s actions: flat steps for a
+    feed-forward model; for a recurrent one, the valid steps of `data`'s pieces, flat and
+    time-major (as `valid_steps` takes the other arrays)."""
+    if not model.recurrent:
+        return model.evaluate_actions(data["obs"], data["actions"], with_entropy=with_entropy)
+    return model.evaluate_actions(data["obs"], data["actions"], with_entropy=with_entropy,
+                                  initial_state=data["initial_state"], valid=data["valid"])
+
+
+def valid_steps(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """A per-step array of pieces ([L, P]) as the flat valid steps `evaluate_steps` returns; flat
+    steps (`valid` None) as they are."""
+    return x if valid is None else x[valid]

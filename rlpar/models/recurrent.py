@@ -1,0 +1,195 @@
+"""Recurrent networks (learner side, `model.recurrent=lstm|gru`): an encoder (the MLP trunk, or a
+CNN for images), an LSTM or GRU core, then linear heads: the actor-critic's policy and value, or
+the Q-network's Q-values.
+
+A state is one row per environment, [N, state_size]: the LSTM's h then c side by side, or the
+GRU's h. It is zero at an episode's start. Workers and learners reset it by one rule: the state
+entering step t is zeroed when step t-1 was Gymnasium's autoreset step (valid[t-1] False), so the
+autoreset step itself still sees the episode's memory (its value bootstraps a truncation). A batch
+stores the state entering each of its steps with that reset applied (`Batch.states`), so a
+sequence may start at any step from its stored state.
+
+The core unrolls by hand with the weights of torch's LSTMCell / GRUCell (same state dict, same
+gate order): the input projection of every step is one matmul before the loop, leaving one small
+matmul and the gates per step. numpy_recurrent.py runs the same maths in float64 for the workers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rlpar.models.actor_critic import ActorCriticBase
+from rlpar.models.encoders import build_encoder, image_batch
+from rlpar.models.normalizer import ObservationNormalizer
+from rlpar.models.q_network import QNetwork
+
+if TYPE_CHECKING:  # the specs build these classes: importing them here would be a circle
+    from rlpar.models.spec import PolicySpec
+
+CELLS = {"lstm": nn.LSTMCell, "gru": nn.GRUCell}
+TRUNK_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def sequence_starts(valid: torch.Tensor) -> torch.Tensor:
+    """[T, E] True where the state entering step t is zeroed: after an autoreset step. Step 0's
+    reset is already applied to the stored state a sequence starts from."""
+    starts = torch.zeros_like(valid, dtype=torch.bool)
+    starts[1:] = ~valid[:-1]
+    return starts
+
+
+class RecurrentCore(nn.Module):
+    def __init__(self, kind: str, input_size: int, hidden_size: int):
+        super().__init__()
+        self.kind, self.hidden_size = kind, hidden_size
+        self.state_size = hidden_size * (2 if kind == "lstm" else 1)  # h then c, or h
+        self.cell = CELLS[kind](input_size, hidden_size)
+        for name, param in self.cell.named_parameters():  # CleanRL's LSTM init: orthogonal, zero biases
+            nn.init.orthogonal_(param, 1.0) if name.startswith("weight") else nn.init.zeros_(param)
+
+    def step(self, projected: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step from the input's projection (x W_ih^T + b_ih): the output h and the new state."""
+        cell, size = self.cell, self.hidden_size
+        if self.kind == "lstm":
+            h, c = state[:, :size], state[:, size:]
+            i, f, g, o = (projected + F.linear(h, cell.weight_hh, cell.bias_hh)).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            return h, torch.cat((h, c), dim=1)
+        r_x, z_x, n_x = projected.chunk(3, dim=1)
+        r_h, z_h, n_h = F.linear(state, cell.weight_hh, cell.bias_hh).chunk(3, dim=1)
+        r, z = torch.sigmoid(r_x + r_h), torch.sigmoid(z_x + z_h)
+        h = torch.lerp(torch.tanh(n_x + r * n_h), state, z)  # (1 - z) n + z h
+        return h, h
+
+    def unroll(self, features: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
+        """Outputs [T, E, H] and the final state [E, S] of features [T, E, F] from
+        `initial_state`, zeroing the state after autoreset steps (`valid` [T, E]; None: no resets)."""
+        projected = F.linear(features, self.cell.weight_ih, self.cell.bias_ih)
+        state = initial_state.to(projected.dtype)
+        if valid is not None:
+            starts = sequence_starts(valid)
+            keep = (~starts).unsqueeze(-1).to(projected.dtype)
+            resets_at = starts.any(dim=1).tolist()
+        outputs = []
+        for t in range(len(features)):
+            if valid is not None and resets_at[t]:
+                state = state * keep[t]
+            h, state = self.step(projected[t], state)
+            outputs.append(h)
+        return torch.stack(outputs), state
+
+
+def encoder_for(spec) -> tuple[nn.Module, int]:
+    """The encoder under the core and its output width: the CNN for images, else an MLP trunk of
+    `hidden_sizes` (none: the observation itself)."""
+    if spec.chosen_encoder != "mlp":
+        encoder = build_encoder(spec.chosen_encoder, spec.image_shape, spec.hidden_sizes)
+        return encoder, encoder.features
+    layers, sizes = [], [spec.obs_dim, *spec.hidden_sizes]
+    for fan_in, fan_out in zip(sizes, sizes[1:]):
+        linear = nn.Linear(fan_in, fan_out)
+        nn.init.orthogonal_(linear.weight, math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers += [linear, TRUNK_ACTIVATIONS[spec.activation]()]
+    return nn.Sequential(*layers), sizes[-1]
+
+
+class RecurrentEncoding(nn.Module):
+    """What both recurrent networks share: the encoder, the core, and features of raw rows."""
+
+    recurrent = True
+
+    def _build_recurrent(self, spec) -> int:
+        self.image = spec.chosen_encoder != "mlp"
+        self.pixels = spec.obs_dtype == "uint8"
+        self.encoder, features = encoder_for(spec)
+        self.core = RecurrentCore(spec.recurrent, features, spec.recurrent_size)
+        self.state_size = self.core.state_size
+        return spec.recurrent_size
+
+    def initial_state(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, self.state_size, device=self.core.cell.weight_ih.device)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Encoder features [M, F] of observation rows [M, obs_dim]."""
+        if self.image:
+            return self.encoder(image_batch(obs, self.spec.image_shape, self.spec.channels_last))
+        if self.pixels:  # image bytes fed to the MLP, scaled as the numpy copy does
+            obs = obs.to(self.core.cell.weight_ih.dtype) / 255.0
+        return self.encoder(obs)
+
+    def core_outputs(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
+        """The core's outputs [T, E, H] and final state over observations [T, E, obs_dim]."""
+        T, E = obs.shape[:2]
+        features = self.features(obs.reshape(T * E, -1)).reshape(T, E, -1)
+        return self.core.unroll(features, initial_state, valid)
+
+
+class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
+    """Encoder, core, then a linear policy head and a linear value head (shared layers, as in
+    CleanRL's ppo_atari_lstm and Sample Factory)."""
+
+    def __init__(self, spec: PolicySpec):
+        ActorCriticBase.__init__(self, spec)
+        width = self._build_recurrent(spec)
+        self.obs_normalizer = ObservationNormalizer(spec.obs_dim, spec.normalize_obs and not self.image)
+        self.actor = nn.Linear(width, spec.action.size)
+        self.critic = nn.Linear(width, 1)
+        for head, gain in ((self.actor, 0.01), (self.critic, 1.0)):
+            nn.init.orthogonal_(head.weight, gain)
+            nn.init.zeros_(head.bias)
+        self._add_log_std()
+
+    def sequence_outputs(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
+        """Actor outputs [T, E, A], values [T, E] and the final state, over observations [T, E, ...]."""
+        h, final = self.core_outputs(obs, initial_state, valid)
+        return self.actor(h), self.critic(h)[..., 0], final
+
+    def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):
+        """One step for N environments: ((actor outputs, values), the next state)."""
+        out, values, state = self.sequence_outputs(obs[None], state, None)
+        return (out[0], values[0]), state
+
+    def towers(self, obs: torch.Tensor):
+        raise TypeError("a recurrent actor-critic reads sequences: use sequence_outputs or evaluate_actions with "
+                        "initial_state and valid")
+
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, *,
+                         initial_state: torch.Tensor, valid: torch.Tensor):
+        """Log-probabilities, entropies and values of the valid steps of sequences ([T, E, ...]
+        observations and actions from `initial_state` [E, S]), flat and time-major, the order of
+        rlpar.learning.batch_tensors.valid_step_tensors."""
+        out, values, _ = self.sequence_outputs(obs, initial_state, valid)
+        keep = valid.reshape(-1)
+        T, E = valid.shape
+        return self.action_terms(out.reshape(T * E, -1)[keep], values.reshape(-1)[keep],
+                                 actions.reshape((T * E,) + actions.shape[2:])[keep], with_entropy)
+
+
+class RecurrentQNetwork(RecurrentEncoding, QNetwork):
+    """Encoder, core, then the Q-network's linear or dueling head (R2D2's network shape)."""
+
+    def __init__(self, spec):
+        nn.Module.__init__(self)
+        self.spec = spec
+        self.obs_normalizer = ObservationNormalizer(spec.obs_dim, False)  # replay keeps raw observations
+        self._build_heads(self._build_recurrent(spec))
+
+    def q_sequence(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
+        """Q-values [T, B, A] and the final state over observations [T, B, ...] from `initial_state`."""
+        h, final = self.core_outputs(obs, initial_state, valid)
+        return self.heads(h), final
+
+    def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):
+        """One step for N environments: ((Q-values,), the next state)."""
+        q, state = self.q_sequence(obs[None], state, None)
+        return (q[0],), state
+
+    def forward(self, obs: torch.Tensor):
+        raise TypeError("a recurrent Q-network reads sequences: use q_sequence")
