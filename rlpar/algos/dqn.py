@@ -43,6 +43,7 @@ from rlpar.replay.storage import RingStorage
 class DQN(Algorithm):
     model_kind = "q_network"
     data_parallel = True
+    recurrent_policies = True
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class DQN(Algorithm):
         # beta reaches beta_end when the run ends: one sample() call per gradient step
         self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
         self.n_step, self.seed = n_step, seed
-        self.recurrent = bool(getattr(self.model, "recurrent", False))
+        self.recurrent = self.model.recurrent
         self.burn_in, self.sequence_length = burn_in, sequence_length
         # env steps each replayed item brings: a transition 1, a sequence its period
         self.steps_per_item = sequence_length // 2 if self.recurrent else 1
@@ -105,8 +106,8 @@ class DQN(Algorithm):
         self.updates = 0  # iterations that learned
         self.inserted = self.sampled = 0
         self.learned: list = []  # (loss, |TD error|, Q) of each gradient step since learning_stats
-        self.compiled = compile_setting(compile and not self.recurrent,  # the unrolled loss learns eagerly
-                                        expected_gradient_steps=int(replay_ratio * total_steps), precision=precision)
+        self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
+                                        precision=precision, recurrent=self.recurrent)
         loss = self.sequence_loss if self.recurrent else self.minibatch_loss
         self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled)
 

@@ -50,15 +50,16 @@ class ReplaySettings:
 
 
 def _sequence_problems(config, capacity) -> list[str]:
-    """`algo.burn_in` and `algo.sequence_length`, a recurrent Q-network's replayed sequences
-    (rlpar.replay.sequences): a new one every sequence_length // 2 steps, so `capacity` env steps
-    hold capacity / (sequence_length // 2) of them, and a minibatch draws `batch_size`."""
-    config.number("algo.burn_in", integer=True, low=0, optional=True)
-    length = config.number("algo.sequence_length", integer=True, low=2, optional=True)
-    batch_size = config.get("algo.batch_size")
+    """A recurrent Q-network's replayed sequences (rlpar.replay.sequences): a new one every
+    algo.sequence_length // 2 steps, so `capacity` env steps hold capacity / (sequence_length // 2)
+    of them, and a minibatch draws `batch_size`."""
+    length, batch_size = config.get("algo.sequence_length"), config.get("algo.batch_size")
     if not config.get("model.recurrent") or not all(isinstance(x, int) for x in (length, capacity, batch_size)):
         return []
-    if length >= 2 and batch_size > capacity // (length // 2):
+    if length < 2:
+        return [f"algo.sequence_length: {length} is too short for sequence replay (at least 2: a new sequence "
+                f"starts every sequence_length // 2 steps)"]
+    if batch_size > capacity // (length // 2):
         return [f"algo.batch_size: {batch_size} sequences is more than the replay holds (algo.replay.capacity "
                 f"{capacity} steps / a new sequence every {length // 2} steps = {capacity // (length // 2)})"]
     return []
