@@ -90,6 +90,8 @@ def metrics_rows(run_dir):
     (("algo=a2c", "env=cartpole", "seed=3"), 30),
     # PPO's baseline on a Box-observation task: observations and rewards normalised (auto).
     (("env.id=Acrobot-v1", "algo.rollout_length=64", "total_steps=8192"), 16),
+    # A recurrent policy: every environment's LSTM state kept by whoever acts for it.
+    (("env=cartpole", "seed=3", "model.recurrent=lstm", "model.recurrent_size=16"), 8),
 ])
 def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path, common, iterations):
     """Same seed, 8 environments in all, sync_mode=blocking: every row of metrics.jsonl, read back

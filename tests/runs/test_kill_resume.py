@@ -74,10 +74,10 @@ def uninterrupted(tmp_path_factory) -> list[dict]:
     return reference
 
 
-def start_and_wait_between_checkpoints(run_dir: Path) -> subprocess.Popen:
+def start_and_wait_between_checkpoints(run_dir: Path, config=CONFIG) -> subprocess.Popen:
     """A CONFIG run, once it has logged 10+ rows, two iterations past its newest checkpoint: the
     next one is not due for three more iterations (~75 ms unloaded), ample for a signal to land."""
-    proc = subprocess.Popen(cli(*CONFIG, run_dir=run_dir), cwd=ROOT, preexec_fn=default_sigint,
+    proc = subprocess.Popen(cli(*config, run_dir=run_dir), cwd=ROOT, preexec_fn=default_sigint,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
     try:
@@ -112,8 +112,20 @@ def last_logged(run_dir: Path) -> int:
 
 
 def test_sigkill_between_checkpoints_then_resume_equals_an_uninterrupted_run(tmp_path, uninterrupted):
+    kill_between_checkpoints_and_resume(tmp_path, uninterrupted, CONFIG)
+
+
+def test_recurrent_policy_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """An LSTM policy: the workers' recurrent states travel in checkpoints with the environments."""
+    config = (*CONFIG, "model.recurrent=lstm", "model.recurrent_size=16")
+    reference_dir = tmp_path / "uninterrupted"
+    run_cli(*config, run_dir=reference_dir)
+    kill_between_checkpoints_and_resume(tmp_path, rows(reference_dir), config)
+
+
+def kill_between_checkpoints_and_resume(tmp_path, uninterrupted, config) -> None:
     run_dir = tmp_path / "killed"
-    victim = start_and_wait_between_checkpoints(run_dir)
+    victim = start_and_wait_between_checkpoints(run_dir, config)
     try:
         os.kill(victim.pid, signal.SIGKILL)
         assert victim.wait(30) == -signal.SIGKILL
