@@ -85,10 +85,14 @@ def sequence_q_loss(*, model, target_model, obs, actions, rewards, terminated, m
     the trained part (the online one with gradient); n-step double-Q targets over the trained
     part, a masked Huber loss. Returns (loss, sequence priorities [B], Q of the trained steps).
 
-    Padding steps are invalid, so the networks' reset rule zeroes the state entering an episode's
-    first step; across the cut after the burn-in that reset is applied here."""
+    The networks' reset rule (state zeroed after an invalid step) is given one invalid step: the
+    padding just before an episode's first step, so the state entering it is zero; across the cut
+    after the burn-in that reset is applied here. Other padding stays "valid": what the networks
+    compute there is never used, and fewer resets let them run longer stretches at once."""
     obs, actions, rewards, terminated, mask = (x.transpose(0, 1) for x in (obs, actions, rewards, terminated, mask))
-    valid = torch.cat([mask, mask.new_zeros((1, mask.shape[1]))])  # the observation after: not a step
+    before_start = torch.zeros_like(mask)
+    before_start[:-1] = ~mask[:-1] & mask[1:]
+    valid = torch.cat([~before_start, torch.ones_like(mask[:1])])  # [L + 1, B], with the observation after
 
     def unroll(network, with_grad: bool):
         with torch.set_grad_enabled(with_grad and torch.is_grad_enabled()):
