@@ -48,9 +48,11 @@ class ApeX(DQN):
     central_inference = False
     worker_duties = "prioritise their own replay with their own ε"
     replay_in_checkpoints = False  # the shards are refilled by a resumed run
+    recurrent_policies = False  # its actors write transitions, not R2D2's sequences (DQN's replay has them)
     # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
-    # write raw rewards (clipped when reward_clip is set), unscaled.
-    KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale")
+    # write raw rewards (clipped when reward_clip is set), unscaled; no sequences (feed-forward only).
+    KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale", "burn_in",
+                              "sequence_length")
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:

@@ -9,6 +9,13 @@ by importance weights when prioritised), the target network refreshed by a hard 
 `target_update_every` gradient steps (or by Polyak averaging with `tau` < 1) -> weights published
 to the workers every `weight_sync_interval` updates, with the current ε.
 Runs on every sampler; workers act with a numpy copy of the Q-network.
+
+With a recurrent Q-network (`model.recurrent`), R2D2's sequence replay (Kapturowski et al. 2019):
+the replay keeps overlapping sequences of `burn_in + sequence_length` steps with the state that
+entered their first step (rlpar.replay.sequences); the learner unrolls the burn-in from that
+state without training on it, learns on the rest, and prioritises each sequence by a mix of the
+max and mean of its TD errors (rlpar.learning.r2d2). `replay.capacity` and `learning_starts`
+still count env steps: a sequence brings `sequence_length // 2` new ones.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.q_targets import q_targets, weighted_huber
+from rlpar.learning.r2d2 import sequence_q_loss
 from rlpar.learning.step import LearningRate, linear_schedule
 from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
+from rlpar.replay.sequences import SequenceWriter, sequence_fields
 from rlpar.replay.settings import ReplaySettings
 from rlpar.replay.shard import transition_fields
 from rlpar.replay.storage import RingStorage
@@ -34,6 +43,7 @@ from rlpar.replay.storage import RingStorage
 class DQN(Algorithm):
     model_kind = "q_network"
     data_parallel = True
+    recurrent_policies = True
 
     def __init__(
         self,
@@ -65,8 +75,11 @@ class DQN(Algorithm):
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
         precision: str = "fp32",
+        burn_in: int = 8,
+        sequence_length: int = 16,
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled);
+        `burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, reward_clip=reward_clip)
         self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
@@ -82,6 +95,10 @@ class DQN(Algorithm):
         # beta reaches beta_end when the run ends: one sample() call per gradient step
         self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
         self.n_step, self.seed = n_step, seed
+        self.recurrent = self.model.recurrent
+        self.burn_in, self.sequence_length = burn_in, sequence_length
+        # env steps each replayed item brings: a transition 1, a sequence its period
+        self.steps_per_item = sequence_length // 2 if self.recurrent else 1
         if sampler is not None:  # a learner group's other ranks (no sampler) learn rows that rank 0 draws
             self.build_replay()
         self.update_credit = 0.0  # gradient steps owed by the replay ratio
@@ -90,20 +107,28 @@ class DQN(Algorithm):
         self.inserted = self.sampled = 0
         self.learned: list = []  # (loss, |TD error|, Q) of each gradient step since learning_stats
         self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
-                                        precision=precision)
-        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
+                                        precision=precision, recurrent=self.recurrent)
+        loss = self.sequence_loss if self.recurrent else self.minibatch_loss
+        self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled)
 
     def build_replay(self) -> None:
-        """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
-        replay = self.replay_settings
-        self.storage = RingStorage(capacity=replay.capacity, fields=transition_fields(self.policy_spec.obs_dim,
-                                                                                       self.policy_spec.obs_dtype))
+        """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer
+        (a sequence writer for a recurrent Q-network)."""
+        replay, spec = self.replay_settings, self.policy_spec
+        capacity = max(replay.capacity // self.steps_per_item, 1)
+        if self.recurrent:
+            fields = sequence_fields(obs_dim=spec.obs_dim, obs_dtype=spec.obs_dtype, state_size=spec.state_size,
+                                     burn_in=self.burn_in, length=self.sequence_length)
+            self.writer = SequenceWriter(burn_in=self.burn_in, length=self.sequence_length)
+        else:
+            fields = transition_fields(spec.obs_dim, spec.obs_dtype)
+            self.writer = NStepWriter(n=self.n_step, gamma=self.gamma)
+        self.storage = RingStorage(capacity=capacity, fields=fields)
         if replay.prioritized:
-            self.replay = PrioritizedSampler(capacity=replay.capacity, alpha=replay.alpha, beta_start=replay.beta_start,
+            self.replay = PrioritizedSampler(capacity=capacity, alpha=replay.alpha, beta_start=replay.beta_start,
                                              beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)
         else:
             self.replay = UniformSampler(seed=self.seed)
-        self.writer = NStepWriter(n=self.n_step, gamma=self.gamma)
 
     # -- acting -----------------------------------------------------------------------------
     def epsilon(self) -> float:
@@ -133,9 +158,9 @@ class DQN(Algorithm):
         return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
 
     def gradient_steps_owed(self, env_steps: int) -> int | None:
-        """`replay_ratio` per env step once `learning_starts` transitions are in (the fraction
-        carries over)."""
-        if self.inserted >= self.learning_starts:
+        """`replay_ratio` per env step once `learning_starts` env steps are in the replay (the
+        fraction carries over)."""
+        if self.inserted * self.steps_per_item >= self.learning_starts:
             self.update_credit += self.replay_ratio * env_steps
         steps = int(self.update_credit)
         self.update_credit -= steps
@@ -152,10 +177,11 @@ class DQN(Algorithm):
         return self.replay.beta
 
     def insert(self, batch) -> int:
-        """The rollout's finished n-step transitions into the replay; returns how many."""
+        """The rollout's finished n-step transitions (or sequences) into the replay; returns how many."""
+        recurrent = {"states": batch.states} if self.recurrent else {}
         transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=self.learning_rewards(batch),
                                       terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
-                                      env_ids=batch.env_ids, last_obs=batch.last_obs)
+                                      env_ids=batch.env_ids, last_obs=batch.last_obs, **recurrent)
         count = len(transitions["actions"])
         if count:
             indices = self.storage.add({name: transitions[name] for name in self.storage.fields})
@@ -262,6 +288,12 @@ class DQN(Algorithm):
         q_taken = self.model(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
         td_errors = targets - q_taken
         return weighted_huber(td_errors, weights), td_errors, q_taken
+
+    def sequence_loss(self, weights, **sequences):
+        """A minibatch of sequences: the loss, each sequence's priority (in place of a TD error)
+        and the Q-values of the trained steps."""
+        return sequence_q_loss(model=self.model, target_model=self.target_model, **sequences, weights=weights,
+                               burn_in=self.burn_in, n=self.n_step, gamma=self.gamma, double_q=self.double_q)
 
     def refresh_target(self) -> None:
         if self.tau < 1.0:

@@ -38,7 +38,7 @@ class ReplaySettings:
         for name in ("alpha", "beta_start", "beta_end"):
             config.number(f"algo.replay.{name}", low=0, high=1)
         config.number("algo.replay.num_shards", integer=True, low=1, optional=True)
-        problems = _rate_limiter_problems(config)
+        problems = _rate_limiter_problems(config) + _sequence_problems(config, capacity)
         for name in ("batch_size", "learning_starts"):
             value = config.get(f"algo.{name}")
             if isinstance(capacity, int) and isinstance(value, int) and value > capacity:
@@ -47,6 +47,22 @@ class ReplaySettings:
             problems.append(f"algo.replay.checkpoint: algo={config.get('algo.name')}'s replay is not checkpointed (a "
                             f"resumed run refills it); drop the key")
         return problems
+
+
+def _sequence_problems(config, capacity) -> list[str]:
+    """A recurrent Q-network's replayed sequences (rlpar.replay.sequences): a new one every
+    algo.sequence_length // 2 steps, so `capacity` env steps hold capacity / (sequence_length // 2)
+    of them, and a minibatch draws `batch_size`."""
+    length, batch_size = config.get("algo.sequence_length"), config.get("algo.batch_size")
+    if not config.get("model.recurrent") or not all(isinstance(x, int) for x in (length, capacity, batch_size)):
+        return []
+    if length < 2:
+        return [f"algo.sequence_length: {length} is too short for sequence replay (at least 2: a new sequence "
+                f"starts every sequence_length // 2 steps)"]
+    if batch_size > capacity // (length // 2):
+        return [f"algo.batch_size: {batch_size} sequences is more than the replay holds (algo.replay.capacity "
+                f"{capacity} steps / a new sequence every {length // 2} steps = {capacity // (length // 2)})"]
+    return []
 
 
 def _rate_limiter_problems(config) -> list[str]:

@@ -5,8 +5,11 @@ import os
 import signal
 import subprocess
 
+import numpy as np
 import pytest
 
+from rlpar.config.validate import ConfigError, validate_config
+from rlpar.replay.sequences import SequenceWriter
 from rlpar.runtime.build import build_trainer
 from tests.processes import default_sigint, wait_until
 from tests.runs.test_kill_resume import (ROOT, checkpoint_iterations, cli, complete_rows, deterministic, resume, rows,
@@ -105,3 +108,47 @@ def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tm
     assert last["replay_insert_wait_s"] == 0.0 and last["replay_sample_wait_s"] > 0
     # epsilon_i = 0.4 ** (1 + 7 i / 3) for the 4 environments of the run
     assert epsilons == pytest.approx([0.4 ** (1 + 7 * i / 3) for i in range(4)])
+
+
+RECURRENT = ("algo=dqn", "model.recurrent=gru", "model.recurrent_size=32", "model.hidden_sizes=[32]",
+             "env.entry_point=rlpar.envs.memory:CartPoleNoVelocity", "algo.learning_starts=256", "algo.batch_size=8",
+             "algo.replay_ratio=0.0625", "algo.burn_in=4", "algo.sequence_length=8", "algo.replay.prioritized=true",
+             "checkpoint.every=0")
+
+
+def test_recurrent_dqn_replays_sequences_from_the_states_its_workers_acted_with(make_cfg, tmp_path):
+    """R2D2's replay in a run: sequences of burn_in + sequence_length steps whose stored state is
+    the one the worker's numpy copy entered their first step with (the batch's), zero at an
+    episode's start; learned on, and their priorities written back."""
+    trainer = build_trainer(make_cfg(*RECURRENT, "total_steps=2048", run_dir=tmp_path / "r2d2"))
+    algo = trainer.algorithm
+    try:
+        batch, _ = algo.sample()
+        count = algo.insert(batch)
+        history = [trainer.train() for _ in range(8)]
+        first = algo.storage.get(np.arange(count))
+        size = algo.storage.size
+        priorities = algo.replay.tree.get(np.arange(size))
+    finally:
+        trainer.close()
+    assert algo.recurrent and isinstance(algo.writer, SequenceWriter) and count > 0
+    assert first["obs"].shape[1:] == (13, 2) and first["initial_state"].shape[1:] == (32,)
+    starts_episode = 0
+    for obs, mask, state in zip(first["obs"], first["mask"], first["initial_state"]):
+        t, column = np.argwhere((batch.obs == obs[mask.argmax()]).all(-1))[0]
+        np.testing.assert_array_equal(state, batch.states[t, column])
+        if not mask[0]:  # padded before an episode's first step: the state it starts from is zero
+            starts_episode += 1
+            assert not state.any()
+    assert 0 < starts_episode < count and batch.states.any()
+    assert history[-1]["gradient_steps"] > 0 and history[-1]["replay_size"] == history[-1]["replay_inserts"] > count
+    assert len(np.unique(priorities)) > 1  # written back: no longer all the largest seen at insertion
+
+
+def test_ape_x_refuses_a_recurrent_q_network_and_takes_no_sequence_keys(make_cfg):
+    with pytest.raises(ConfigError) as refused:
+        validate_config(make_cfg("algo=apex", "model.recurrent=lstm"), check_env=False)
+    assert "algo=apex learns feed-forward policies only" in str(refused.value)
+    validate_config(make_cfg("algo=apex"), check_env=False)
+    with pytest.raises(ConfigError, match="sequence_length: 1 is too short"):
+        validate_config(make_cfg("algo=dqn", "model.recurrent=gru", "algo.sequence_length=1"), check_env=False)
