@@ -19,6 +19,7 @@ from rlpar.learning.compiled import CompiledStep
 from rlpar.learning.ppo_loss import normalize
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
+from rlpar.learning.sequences import piece_tensors
 from rlpar.learning.step import GuardedStep
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
@@ -191,12 +192,20 @@ class Algorithm(ABC):
         self.steps_seen += batch.num_steps
         return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
 
-    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...]):
+    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None = None):
         """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
-        in a learner group this rank's environment columns of it); the loss's parts."""
+        in a learner group this rank's environment columns of it); the loss's parts. A recurrent
+        model's step takes pieces of `sequence_length` steps (None: whole rollouts), each
+        unrolled from its stored state (rlpar.learning.sequences), so the loss sees the valid
+        steps through the memory that acted on them."""
         self.receive_from_rank0(inputs)
-        _, parts = self.gradient_step(**valid_step_tensors({name: inputs[name] for name in names}, inputs["valid"],
-                                                           self.device))
+        arrays = {name: inputs[name] for name in names}
+        if self.model.recurrent:
+            data = piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=sequence_length,
+                                 device=self.device)
+        else:
+            data = valid_step_tensors(arrays, inputs["valid"], self.device)
+        _, parts = self.gradient_step(**data)
         self.gradient_step.settle()
         return parts
 

@@ -11,6 +11,7 @@ from rlpar.learning.batch_tensors import advantage_inputs, explained_variance, v
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
+from rlpar.learning.sequences import evaluate_steps, valid_steps
 
 ADVANTAGES = ("nstep", "gae")
 
@@ -53,10 +54,14 @@ class ActorCriticLoss:
         return loss, {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
                       "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])}
 
-    def __call__(self, model, obs, actions, advantages, returns):
+    def __call__(self, model, obs, actions, advantages, returns, initial_state=None, valid=None):
         """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x
-        value regression - entropy_coef x entropy."""
-        logp, entropy, values = model.evaluate_actions(obs, actions)
+        value regression - entropy_coef x entropy. A recurrent model's inputs are pieces of
+        sequences ([L, P] arrays, `initial_state` and `valid`: rlpar.learning.sequences), the
+        loss over their valid steps."""
+        logp, entropy, values = evaluate_steps(model, {"obs": obs, "actions": actions, "initial_state": initial_state,
+                                                       "valid": valid})
+        advantages, returns = valid_steps(advantages, valid), valid_steps(returns, valid)
         if self.normalize_advantages:
             advantages = normalize(advantages)
         p_loss = policy_gradient_loss(logp, advantages)
