@@ -165,6 +165,19 @@ def test_appo_first_minibatch_is_on_policy(rollout, sequence_length):
     assert not np.allclose(flat_weights(appo), before)
 
 
+@pytest.mark.parametrize("algo", ["impala", "appo", "a2c"])
+def test_recurrent_configs_validate(make_cfg, algo):
+    """Each takes a recurrent model; APPO and A2C take `sequence_length` and check it."""
+    from rlpar.config.validate import ConfigError, validate_config
+
+    validate_config(make_cfg(f"algo={algo}", "model.recurrent=gru"))
+    if algo == "impala":  # learns over whole rollouts: no such key
+        return
+    validate_config(make_cfg(f"algo={algo}", "model.recurrent=lstm", "algo.sequence_length=4"))
+    with pytest.raises(ConfigError, match="algo.sequence_length"):
+        validate_config(make_cfg(f"algo={algo}", "model.recurrent=lstm", "algo.sequence_length=0"))
+
+
 @pytest.mark.slow
 def test_recurrent_impala_learns_memory_cue(make_cfg, tmp_path):
     """rlpar/MemoryCue-v0 (answer a cue seen 8 blank steps earlier): a feed-forward policy
