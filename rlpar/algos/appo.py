@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import valid_step_tensors, vtrace_inputs
+from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, piece_tensors, take_pieces, valid_steps
+from rlpar.learning.sequences import evaluate_steps, take_pieces, valid_steps
 from rlpar.learning.vtrace import compute_vtrace
 
 
@@ -123,12 +123,7 @@ class APPO(Algorithm):
         """The batch (the whole one, or in a learner group this rank's environment columns of it)
         joins the buffer, then one pass over every batch still in use."""
         self.receive_from_rank0(inputs)
-        arrays = {name: inputs[name] for name in LEARNING_ARRAYS}
-        if self.model.recurrent:  # [L, P] pieces with their valid steps and stored states
-            data = piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=self.sequence_length,
-                                 device=self.device)
-        else:
-            data = valid_step_tensors(arrays, inputs["valid"], self.device)
+        data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         self.buffer.append([data, self.reuse_per_batch])
         stats = []
         for entry in list(self.buffer):  # one pass over every batch still in use, newest included

@@ -199,15 +199,19 @@ class Algorithm(ABC):
         unrolled from its stored state (rlpar.learning.sequences), so the loss sees the valid
         steps through the memory that acted on them."""
         self.receive_from_rank0(inputs)
-        arrays = {name: inputs[name] for name in names}
-        if self.model.recurrent:
-            data = piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=sequence_length,
-                                 device=self.device)
-        else:
-            data = valid_step_tensors(arrays, inputs["valid"], self.device)
-        _, parts = self.gradient_step(**data)
+        _, parts = self.gradient_step(**self.learning_tensors(inputs, names, sequence_length=sequence_length))
         self.gradient_step.settle()
         return parts
+
+    def learning_tensors(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None) -> dict:
+        """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
+        for a recurrent model, [L, P] pieces of `sequence_length` steps (None: whole rollouts)
+        with their `valid` steps and stored `initial_state` (rlpar.learning.sequences)."""
+        arrays = {name: inputs[name] for name in names}
+        if self.model.recurrent:
+            return piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=sequence_length,
+                                 device=self.device)
+        return valid_step_tensors(arrays, inputs["valid"], self.device)
 
     def receive_from_rank0(self, inputs: dict) -> None:
         """What `learn` takes from rank 0 before its gradient steps, in a group: the model's

@@ -22,18 +22,12 @@ from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import probe_policy_spec
 from rlpar.runtime.run import run
 from rlpar.sampling.rollout import RolloutWorker
+from tests.unit.test_a2c import one_torch_thread  # noqa: F401 (autouse: one torch thread, as runs)
 
 GAMMA = 0.99
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """As runs do (hardware.torch_threads: 1)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make(algo_class, policy_spec, **options):
