@@ -28,8 +28,6 @@ GAMMA = 0.99
 TOLERANCE = 1e-5
 
 
-
-
 def make(algo_class, policy_spec, **options):
     """Every learner of a test starts from the same weights (seed 0), those the batch was acted with."""
     return algo_class(sampler=None, policy_spec=policy_spec, total_steps=100_000, seed=0, gamma=GAMMA, **options)
@@ -37,9 +35,9 @@ def make(algo_class, policy_spec, **options):
 
 @pytest.fixture(scope="module", params=["lstm", "gru"])
 def rollout(request):
-    """(policy spec, batch): 4 CartPole environments for 32 steps, the first rollout after the
-    first that ends on an autoreset step (so it starts from states carried over, not zeros, has
-    episode ends inside it, and bootstraps an environment from a fresh state)."""
+    """(policy spec, batch): 4 CartPole environments for 32 steps, the first rollout (not the
+    environments' first) whose last step is an autoreset step: it starts from states carried
+    over, not zeros, has episode ends inside it, and bootstraps an environment from a zero state."""
     make_spec = partial(PolicySpec, recurrent=request.param, recurrent_size=16)
     policy_spec, _ = probe_policy_spec(resolve_env_spec(id="CartPole-v1"), make_spec, normalize_obs=False)
     worker = RolloutWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=policy_spec, num_envs=4,
