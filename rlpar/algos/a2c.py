@@ -2,6 +2,9 @@
 
 One iteration: act with the current weights -> n-step (or GAE) advantages -> one gradient step
 on the whole batch -> new weights. Runs on every sampler; `sync_mode=blocking` keeps it on-policy.
+A recurrent policy (`model.recurrent`) takes the step on pieces of `sequence_length` steps of each
+environment (whole rollouts by default), each unrolled from its stored state
+(rlpar.learning.sequences).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ LEARNING_ARRAYS = ("obs", "actions", "advantages", "returns")
 
 class A2C(Algorithm):
     data_parallel = True
+    recurrent_policies = True
 
     def __init__(
         self,
@@ -48,12 +52,14 @@ class A2C(Algorithm):
         reward_clip: float | None = None,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        sequence_length: int | None = None,
         compile: str | bool = "auto",
         precision: str = "fp32",
     ):
         """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
-        (rlpar.learning.compiled)."""
+        (rlpar.learning.compiled). `sequence_length`: a recurrent policy's learning pieces, in
+        steps (None: the rollout)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
@@ -67,7 +73,8 @@ class A2C(Algorithm):
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps,
-                                        precision=precision)
+                                        precision=precision, recurrent=self.model.recurrent)
+        self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True)
 
@@ -86,11 +93,12 @@ class A2C(Algorithm):
         lr = self.count_steps(batch)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
         return {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns,
-                "valid": batch.valid, "lr": lr}
+                "valid": batch.valid, "states": batch.states, "lr": lr}
 
     def learn(self, inputs: dict) -> dict:
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
-        return {**self.loss_stats(self.step_on_valid_steps(inputs, LEARNING_ARRAYS)), "gradient_steps": 1}
+        parts = self.step_on_valid_steps(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
+        return {**self.loss_stats(parts), "gradient_steps": 1}
 
     def join_learner_group(self, collective) -> None:
         """Eager steps, the loss included (with RMSprop a compiled loss would trace the
@@ -98,14 +106,16 @@ class A2C(Algorithm):
         super().join_learner_group(collective)
         self.gradient_step = EagerStep(self.rollout_loss, guard=self.step)
 
-    def rollout_loss(self, obs, actions, advantages, returns):
+    def rollout_loss(self, obs, actions, advantages, returns, initial_state=None, valid=None):
         """The loss of one rollout's valid steps and its parts (what algo.compile compiles). In a
-        learner group, advantages are normalised over every rank's steps, as one learner would."""
+        learner group, advantages are normalised over every rank's steps, as one learner would.
+        A recurrent policy's rollout is pieces ([L, P] arrays, `initial_state` and `valid`)."""
         objective = self.objective
         if self.collective is not None and objective.normalize_advantages:
             advantages = self.collective.normalize(advantages)
             objective = replace(objective, normalize_advantages=False)
-        return objective(self.model, obs=obs, actions=actions, advantages=advantages, returns=returns)
+        return objective(self.model, obs=obs, actions=actions, advantages=advantages, returns=returns,
+                         initial_state=initial_state, valid=valid)
 
     def loss_stats(self, parts) -> dict:
         """The loss's parts ([policy, value, entropy]) and the policy's spread, as logged."""

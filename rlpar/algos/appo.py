@@ -6,6 +6,11 @@ steps) -> the batch joins a small circular buffer, where each batch is trained o
 `reuse_per_batch` times (one pass of minibatches per use) before it is dropped -> new weights.
 The surrogate's ratio is the current policy over the one that acted, clipped as in PPO; an
 optional KL penalty keeps the policy near the target network.
+
+A recurrent policy (`model.recurrent`) takes its V-trace targets from the target network
+unrolled over each whole rollout from the state stored at its start; its minibatches are whole
+pieces of `sequence_length` steps (whole rollouts by default), each replayed from its stored
+state (rlpar.learning.sequences), as PPO's.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import valid_step_tensors, vtrace_inputs
+from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
+from rlpar.learning.sequences import evaluate_steps, take_pieces, valid_steps
 from rlpar.learning.vtrace import compute_vtrace
 
 
@@ -33,6 +39,7 @@ class APPO(Algorithm):
     sync_mode = "non_blocking"
     max_policy_lag = None
     data_parallel = True
+    recurrent_policies = True
 
     def __init__(
         self,
@@ -64,10 +71,12 @@ class APPO(Algorithm):
         reward_clip: float | None = None,
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
+        sequence_length: int | None = None,
         compile: str | bool = "auto",
         precision: str = "fp32",
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled)."""
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled).
+        `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
@@ -82,7 +91,8 @@ class APPO(Algorithm):
         self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
-                                        precision=precision)
+                                        precision=precision, recurrent=self.model.recurrent)
+        self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
@@ -107,13 +117,13 @@ class APPO(Algorithm):
         vs, advantages = compute_vtrace(**inputs, **self.vtrace)
         return {"obs": batch.obs, "actions": batch.actions, "behaviour_logp": batch.logp,
                 "target_logp": inputs["target_logp"], "advantages": advantages, "returns": vs,
-                "valid": batch.valid, "lr": lr}
+                "valid": batch.valid, "states": batch.states, "lr": lr}
 
     def learn(self, inputs: dict) -> dict:
         """The batch (the whole one, or in a learner group this rank's environment columns of it)
         joins the buffer, then one pass over every batch still in use."""
         self.receive_from_rank0(inputs)
-        data = valid_step_tensors({name: inputs[name] for name in LEARNING_ARRAYS}, inputs["valid"], self.device)
+        data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         self.buffer.append([data, self.reuse_per_batch])
         stats = []
         for entry in list(self.buffer):  # one pass over every batch still in use, newest included
@@ -131,13 +141,20 @@ class APPO(Algorithm):
 
     def train_on(self, data: dict) -> list[torch.Tensor]:
         """One pass of shuffled minibatches (in a learner group, every rank as many: see
-        `minibatch_plan`); the target network follows every few steps, on every rank alike."""
-        size = len(data["obs"])
-        mb, count = self.minibatch_plan(size)
+        `minibatch_plan`); the target network follows every few steps, on every rank alike.
+        A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each."""
+        if "valid" in data:
+            size = data["valid"].shape[1]
+            mb = min(max(self.minibatch_size // data["valid"].shape[0], 1), size)
+            count, take = size // mb, take_pieces
+        else:
+            size = len(data["obs"])
+            mb, count = self.minibatch_plan(size)
+            take = _take_rows
         order = torch.from_numpy(self.rng.permutation(size))
         stats = []
         for start in range(0, count * mb, mb):
-            part = {k: v[order[start : start + mb]] for k, v in data.items()}
+            part = take(data, order[start : start + mb])
             stats.append(self.gradient_step(**part)[1])
             self.gradient_steps += 1
             if self.gradient_steps % self.target_update_every == 0:
@@ -150,9 +167,16 @@ class APPO(Algorithm):
         super().join_learner_group(collective)
         self.buffer.clear()
 
-    def minibatch_loss(self, obs, actions, behaviour_logp, target_logp, advantages, returns):
-        """The loss of one minibatch and its parts (what algo.compile compiles)."""
-        logp, entropy, values = self.model.evaluate_actions(obs, actions)
+    def minibatch_loss(self, obs, actions, behaviour_logp, target_logp, advantages, returns, initial_state=None,
+                       valid=None):
+        """The loss of one minibatch and its parts (what algo.compile compiles). A recurrent
+        policy's minibatch is pieces ([L, P] arrays, `initial_state` and `valid`): the loss is
+        over their valid steps."""
+        logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
+                                                            "valid": valid})
+        if valid is not None:
+            behaviour_logp, target_logp, advantages, returns = (
+                valid_steps(x, valid) for x in (behaviour_logp, target_logp, advantages, returns))
         if self.normalize_advantages:  # over the minibatch of every rank in a learner group
             advantages = self.normalized(advantages)
         p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
@@ -176,6 +200,10 @@ class APPO(Algorithm):
         self.buffer.extend([entry["data"], int(entry["uses_left"])] for entry in state["buffer"])
         self.gradient_steps = int(state["gradient_steps"])
         self.rng.bit_generator.state = state["rng"]
+
+
+def _take_rows(data: dict, rows: torch.Tensor) -> dict:
+    return {k: v[rows] for k, v in data.items()}
 
 
 def _kl_with_grad(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:

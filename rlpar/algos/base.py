@@ -19,6 +19,7 @@ from rlpar.learning.compiled import CompiledStep
 from rlpar.learning.ppo_loss import normalize
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
+from rlpar.learning.sequences import piece_tensors
 from rlpar.learning.step import GuardedStep
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
@@ -192,14 +193,26 @@ class Algorithm(ABC):
         self.steps_seen += batch.num_steps
         return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
 
-    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...]):
+    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None = None):
         """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
-        in a learner group this rank's environment columns of it); the loss's parts."""
+        in a learner group this rank's environment columns of it); the loss's parts. A recurrent
+        model's step takes pieces of `sequence_length` steps (None: whole rollouts), each
+        unrolled from its stored state (rlpar.learning.sequences), so the loss sees the valid
+        steps through the memory that acted on them."""
         self.receive_from_rank0(inputs)
-        _, parts = self.gradient_step(**valid_step_tensors({name: inputs[name] for name in names}, inputs["valid"],
-                                                           self.device))
+        _, parts = self.gradient_step(**self.learning_tensors(inputs, names, sequence_length=sequence_length))
         self.gradient_step.settle()
         return parts
+
+    def learning_tensors(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None) -> dict:
+        """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
+        for a recurrent model, [L, P] pieces of `sequence_length` steps (None: whole rollouts)
+        with their `valid` steps and stored `initial_state` (rlpar.learning.sequences)."""
+        arrays = {name: inputs[name] for name in names}
+        if self.model.recurrent:
+            return piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=sequence_length,
+                                 device=self.device)
+        return valid_step_tensors(arrays, inputs["valid"], self.device)
 
     def receive_from_rank0(self, inputs: dict) -> None:
         """What `learn` takes from rank 0 before its gradient steps, in a group: the model's

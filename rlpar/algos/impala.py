@@ -7,6 +7,10 @@ gradient step -> new weights, which returning actors pick up at once. Actors nev
 learner (`sync_mode` non_blocking by default); the lag between the policy that acted and the one
 that learns is reported every iteration and, unlike PPO's, not capped (`max_policy_lag` null).
 In `parallel=local` it is synchronous, with lag 0.
+
+A recurrent policy (`model.recurrent`) learns over whole rollouts (Sample Factory's recurrence
+equal to the rollout): the targets and the gradient step both unroll the model over the rollout
+from the state stored at its start, with the resets at episode ends inside it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
+from rlpar.learning.sequences import evaluate_steps, valid_steps
 from rlpar.learning.vtrace import compute_vtrace
 
 
@@ -30,6 +35,7 @@ class IMPALA(Algorithm):
     sync_mode = "non_blocking"
     max_policy_lag = None
     data_parallel = True
+    recurrent_policies = True
 
     def __init__(
         self,
@@ -71,7 +77,7 @@ class IMPALA(Algorithm):
         self.batches_per_update = batches_per_update
         batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps,
-                                        precision=precision)
+                                        precision=precision, recurrent=self.model.recurrent)
         self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True)
 
@@ -91,7 +97,7 @@ class IMPALA(Algorithm):
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
         return {"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages, "vs": vs,
-                "valid": batch.valid, "lr": lr}
+                "valid": batch.valid, "states": batch.states, "lr": lr}
 
     def learn(self, inputs: dict) -> dict:
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
@@ -99,9 +105,12 @@ class IMPALA(Algorithm):
         return {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
                 "gradient_steps": 1, **self.step.metrics()}
 
-    def batch_loss(self, obs, actions, pg_advantages, vs):
-        """The loss of a batch's valid steps and its parts (what algo.compile compiles)."""
-        logp, entropy, values = self.model.evaluate_actions(obs, actions)
+    def batch_loss(self, obs, actions, pg_advantages, vs, initial_state=None, valid=None):
+        """The loss of a batch's valid steps and its parts (what algo.compile compiles). A
+        recurrent policy's batch is whole rollouts ([T, E] arrays, `initial_state` and `valid`)."""
+        logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
+                                                            "valid": valid})
+        pg_advantages, vs = valid_steps(pg_advantages, valid), valid_steps(vs, valid)
         p_loss = policy_gradient_loss(logp, pg_advantages)
         v_loss = value_loss(values, vs, None, None)
         entropy = entropy.mean()
