@@ -13,14 +13,13 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import advantage_inputs, valid_step_tensors
+from rlpar.learning.batch_tensors import advantage_inputs
 from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import (evaluate_steps, piece_count, piece_tensors, sequence_stats, take_pieces,
-                                     valid_steps)
+from rlpar.learning.sequences import evaluate_steps, piece_count, sequence_stats, take_pieces, valid_steps
 from rlpar.sampling.batch import batch_layout
 
 # What an update's gradient steps take from its inputs, per valid step.
@@ -142,12 +141,7 @@ class PPO(Algorithm):
         that reads the whole batch or keeps running statistics (rewards, GAE, the observation
         normaliser) happened before, on rank 0."""
         self.receive_from_rank0(inputs)
-        arrays = {name: inputs[name] for name in LEARNING_ARRAYS}
-        if self.model.recurrent:  # [L, P] pieces with their valid steps and stored states
-            data = piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=self.sequence_length,
-                                 device=self.device)
-        else:
-            data = valid_step_tensors(arrays, inputs["valid"], self.device)
+        data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
         if inputs["lagged"]:
             self.decouple_from_behaviour(data)
