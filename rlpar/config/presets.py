@@ -10,6 +10,10 @@ preset), so the config is composed once without a preset to read `algo.name` and
 `preset=<algo>/<id>` is added to the overrides. A user's own `preset=...` (or `preset=null`: the
 algorithm's baseline) is kept. An environment given only by `env.entry_point` has no id
 (`env.id=null` is added), so no other environment's preset reaches it.
+
+Where no environment's preset applies and the model is recurrent (`model.recurrent`), an
+algorithm's `conf/preset/<algo>/recurrent.yaml` is chosen, if it has one: its defaults for
+recurrent models (DQN's R2D2 replay learns slowly at the feed-forward baseline's settings).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from rlpar.config.conf_dir import CONF_DIR
 
 PRESET_DIR = CONF_DIR / "preset"
 GROUP = "preset"
+RECURRENT = "recurrent"  # conf/preset/<algo>/recurrent.yaml: an algorithm's defaults for recurrent models
 
 
 def preset_path(algo_name, env_id) -> Path | None:
@@ -109,7 +114,7 @@ def with_preset(overrides: list[str], compose) -> list[str]:
 # The preset each set of deciding overrides composed to: a composition costs about 0.1 s, and a
 # process that composes many configs (tests, sweeps, notebooks) mostly varies other keys.
 _CHOICES: dict[tuple[str, ...], str | None] = {}
-_DECIDING_KEYS = ("algo.name", "env.id", "env.entry_point", "resume")
+_DECIDING_KEYS = ("algo.name", "env.id", "env.entry_point", "resume", "model.recurrent")
 
 
 def _deciding(overrides: list[str]) -> tuple[str, ...]:
@@ -145,8 +150,14 @@ def _select(cfg, key: str):
 
 
 def wanted_preset(cfg) -> str | None:
-    """The preset a composed config's (algo.name, env.id) call for."""
-    return preset_choice(_select(cfg, "algo.name"), _select(cfg, "env.id"))
+    """The preset a composed config's (algo.name, env.id) call for; without one, the
+    algorithm's preset for recurrent models when the model is recurrent."""
+    algo_name = _select(cfg, "algo.name")
+    choice = preset_choice(algo_name, _select(cfg, "env.id"))
+    if choice is None and algo_name and _select(cfg, "model.recurrent") is not None \
+            and _is_file(PRESET_DIR / str(algo_name) / f"{RECURRENT}.yaml"):
+        return f"{algo_name}/{RECURRENT}"
+    return choice
 
 
 def preset_line(cfg, choice: str | None) -> str:
@@ -160,4 +171,6 @@ def preset_line(cfg, choice: str | None) -> str:
     where = path.relative_to(CONF_DIR.parent) if path.is_file() else f"preset={choice}"
     if choice == preset_choice(algo_name, env_id):
         return f"rlpar: {algo_name} preset for {env_id} ({where})"
+    if choice == wanted_preset(cfg):
+        return f"rlpar: {algo_name} preset for recurrent models, {env_name} having none of its own ({where})"
     return f"rlpar: preset {choice} chosen on the command line ({where})"

@@ -63,7 +63,7 @@ class NumpyRecurrentEncoding:
         projected = x @ self.w_ih + self.b_ih
         size = self.size
         if self.kind == "lstm":
-            h, c = state[:, :size], state[:, size:]
+            h, c = np.ascontiguousarray(state[:, :size]), state[:, size:]  # a strided h would miss BLAS
             gates = projected + h @ self.w_hh + self.b_hh
             i, f, g, o = (gates[:, k * size:(k + 1) * size] for k in range(4))
             c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)

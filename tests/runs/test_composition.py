@@ -70,6 +70,18 @@ def test_an_entry_point_without_an_id_has_no_id_and_no_preset():
     assert both.env.id == "CartPole-v1"
 
 
+def test_a_recurrent_model_without_an_environment_preset_takes_the_algorithms_recurrent_preset():
+    """conf/preset/dqn/recurrent.yaml: where no environment's preset applies; an environment's
+    own preset wins; a feed-forward model and an algorithm without one keep the baseline."""
+    entry = "env.entry_point=my_env:GridEnv"
+    recurrent = compose_config(["algo=dqn", entry, "model.recurrent=lstm"])
+    assert (recurrent.algo.lr, recurrent.algo.n_step, recurrent.model.dueling) == (2.0e-3, 3, True)
+    assert compose_config(["algo=dqn", entry]).algo.lr == 1.0e-4
+    assert compose_config(["algo=dqn", "model.recurrent=gru"]).total_steps == 60000  # CartPole-v1's own preset
+    assert compose_config(["algo=impala", entry, "model.recurrent=lstm"]).algo.lr == 5.0e-4
+    assert compose_config(["algo=dqn", entry, "model.recurrent=lstm", "preset=null"]).algo.lr == 1.0e-4
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_shared_algorithm_keys_leave_every_algorithm_as_it_was(algo):
     """conf/algo/shared/learner.yaml holds the keys every algorithm has with one default; each
