@@ -75,7 +75,8 @@ def test_a_recurrent_model_without_an_environment_preset_takes_the_algorithms_re
     own preset wins; a feed-forward model and an algorithm without one keep the baseline."""
     entry = "env.entry_point=my_env:GridEnv"
     recurrent = compose_config(["algo=dqn", entry, "model.recurrent=lstm"])
-    assert (recurrent.algo.lr, recurrent.algo.n_step, recurrent.model.dueling) == (2.0e-3, 3, True)
+    assert (recurrent.algo.lr, recurrent.algo.anneal_lr, recurrent.algo.n_step, recurrent.model.dueling) == (
+        2.0e-3, True, 3, True)
     assert compose_config(["algo=dqn", entry]).algo.lr == 1.0e-4
     assert compose_config(["algo=dqn", "model.recurrent=gru"]).total_steps == 60000  # CartPole-v1's own preset
     assert compose_config(["algo=impala", entry, "model.recurrent=lstm"]).algo.lr == 5.0e-4
