@@ -27,7 +27,7 @@ from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, take_pieces, valid_steps
+from rlpar.learning.sequences import evaluate_steps, pieces_per_minibatch, take_pieces, valid_steps
 from rlpar.learning.vtrace import compute_vtrace
 
 
@@ -144,8 +144,7 @@ class APPO(Algorithm):
         `minibatch_plan`); the target network follows every few steps, on every rank alike.
         A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each."""
         if "valid" in data:
-            size = data["valid"].shape[1]
-            mb = min(max(self.minibatch_size // data["valid"].shape[0], 1), size)
+            size, mb = data["valid"].shape[1], pieces_per_minibatch(data["valid"], self.minibatch_size)
             count, take = size // mb, take_pieces
         else:
             size = len(data["obs"])

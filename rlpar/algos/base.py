@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rlpar.learning.batch_tensors import explained_variance, valid_step_tensors
+from rlpar.learning.batch_tensors import explained_variance
 from rlpar.learning.compiled import CompiledStep
 from rlpar.learning.ppo_loss import normalize
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
-from rlpar.learning.sequences import piece_tensors
+from rlpar.learning.sequences import step_tensors
 from rlpar.learning.step import GuardedStep
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
@@ -208,11 +208,8 @@ class Algorithm(ABC):
         """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
         for a recurrent model, [L, P] pieces of `sequence_length` steps (None: whole rollouts)
         with their `valid` steps and stored `initial_state` (rlpar.learning.sequences)."""
-        arrays = {name: inputs[name] for name in names}
-        if self.model.recurrent:
-            return piece_tensors(arrays, states=inputs["states"], valid=inputs["valid"], length=sequence_length,
-                                 device=self.device)
-        return valid_step_tensors(arrays, inputs["valid"], self.device)
+        return step_tensors({name: inputs[name] for name in names}, valid=inputs["valid"], states=inputs["states"],
+                            length=sequence_length, device=self.device, recurrent=self.model.recurrent)
 
     def receive_from_rank0(self, inputs: dict) -> None:
         """What `learn` takes from rank 0 before its gradient steps, in a group: the model's

@@ -19,7 +19,8 @@ from rlpar.learning.compiled import compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, piece_count, sequence_stats, take_pieces, valid_steps
+from rlpar.learning.sequences import (evaluate_steps, piece_count, pieces_per_minibatch, sequence_stats, take_pieces,
+                                     valid_steps)
 from rlpar.sampling.batch import batch_layout
 
 # What an update's gradient steps take from its inputs, per valid step.
@@ -212,8 +213,7 @@ class PPO(Algorithm):
         group, this rank's rows of each (`shard_inputs`), one at a time."""
         share = inputs.get("minibatches")
         if "valid" in data:  # a recurrent policy's pieces: minibatches of whole pieces, one at a time
-            count = data["valid"].shape[1]
-            per = min(max(self.minibatch_size // data["valid"].shape[0], 1), count)
+            count, per = data["valid"].shape[1], pieces_per_minibatch(data["valid"], self.minibatch_size)
             order = torch.from_numpy(inputs["orders"][epoch])
             for first in range(0, count - per + 1, per):  # (the remainder is left out)
                 yield {k: v[None] for k, v in take_pieces(data, order[first:first + per]).items()}

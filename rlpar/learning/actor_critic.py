@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.learning.batch_tensors import advantage_inputs, explained_variance, valid_step_tensors
+from rlpar.learning.batch_tensors import advantage_inputs, explained_variance
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
 from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, piece_tensors, valid_steps
+from rlpar.learning.sequences import evaluate_steps, step_tensors, valid_steps
 
 ADVANTAGES = ("nstep", "gae")
 
@@ -42,10 +42,8 @@ class ActorCriticLoss:
     def inputs(self, batch, advantages, returns, device, recurrent: bool = False) -> dict:
         """The loss's tensors: the rollout's valid steps only; for a recurrent model, the whole
         rollout as one sequence per environment, unrolled from the state stored at its start."""
-        arrays = {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns}
-        if recurrent:
-            return piece_tensors(arrays, states=batch.states, valid=batch.valid, length=None, device=device)
-        return valid_step_tensors(arrays, batch.valid, device)
+        return step_tensors({"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns},
+                            valid=batch.valid, states=batch.states, length=None, device=device, recurrent=recurrent)
 
     def loss(self, models: dict, batch, rewards):
         """A gradient worker's view: (the loss on this rollout, its parts and the critic's

@@ -68,6 +68,5 @@ def recurrent_rollout_terms(model, batch: Batch, device):
     actions = torch.as_tensor(batch.actions.reshape((T * N,) + batch.actions.shape[2:]), device=device)
     logp, entropy, values = model.action_terms(out.reshape(T * N, -1), values.reshape(-1), actions, True)
     with torch.no_grad():
-        state = final_state.detach() * valid[-1, :, None].to(final_state.dtype)
-        (_, bootstrap), _ = model.acting_outputs(torch.as_tensor(batch.last_obs, device=device), state)
+        _, bootstrap = model.outputs_after(torch.as_tensor(batch.last_obs, device=device), final_state.detach(), valid[-1])
     return logp, entropy, values, bootstrap

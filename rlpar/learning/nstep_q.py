@@ -35,8 +35,7 @@ class NStepQLoss:
             if target.recurrent:
                 q, final_state = rollout_q(target, batch)
                 best = q.max(dim=2).values
-                final_state = final_state * torch.as_tensor(batch.valid[-1, :, None], dtype=final_state.dtype)
-                (last_q,), _ = target.acting_outputs(torch.as_tensor(batch.last_obs), final_state)
+                (last_q,) = target.outputs_after(torch.as_tensor(batch.last_obs), final_state, torch.as_tensor(batch.valid[-1]))
                 bootstrap = last_q.max(dim=1).values
             else:
                 best = target(torch.as_tensor(batch.obs.reshape(T * N, -1))).max(dim=1).values

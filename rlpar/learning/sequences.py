@@ -14,6 +14,8 @@ import math
 import numpy as np
 import torch
 
+from rlpar.learning.batch_tensors import valid_step_tensors
+
 
 def piece_count(rollout_length: int, num_envs: int, length: int | None) -> int:
     """How many pieces a [T, E] batch makes (`length` None: whole rollouts)."""
@@ -44,6 +46,23 @@ def piece_tensors(arrays: dict, *, states: np.ndarray, valid: np.ndarray, length
     """`cut_pieces` as tensors on `device`: what a recurrent learner's minibatches are taken from."""
     return {name: torch.as_tensor(a, device=device)
             for name, a in cut_pieces(arrays, states=states, valid=valid, length=length).items()}
+
+
+def step_tensors(arrays: dict, *, valid: np.ndarray, states: np.ndarray | None, length: int | None, device,
+                 recurrent: bool) -> dict:
+    """Time-major [T, E] arrays as what losses take: a feed-forward model's flat valid steps; a
+    recurrent model's [L, P] pieces of `length` steps (None: whole rollouts) with their `valid`
+    steps and stored `initial_state`."""
+    if recurrent:
+        return piece_tensors(arrays, states=states, valid=valid, length=length, device=device)
+    return valid_step_tensors(arrays, valid, device)
+
+
+def pieces_per_minibatch(valid: torch.Tensor, minibatch_size: int) -> int:
+    """Whole pieces ([L, P] `valid`) in a minibatch of about `minibatch_size` steps: at least one,
+    at most all."""
+    length, count = valid.shape
+    return min(max(minibatch_size // length, 1), count)
 
 
 def take_pieces(data: dict, pieces: torch.Tensor) -> dict:

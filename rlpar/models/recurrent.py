@@ -121,6 +121,11 @@ class RecurrentEncoding(nn.Module):
             obs = obs.to(self.core.cell.weight_ih.dtype) / 255.0
         return self.encoder(obs)
 
+    def outputs_after(self, last_obs: torch.Tensor, final_state: torch.Tensor, last_valid: torch.Tensor) -> tuple:
+        """The acting outputs for the observation after a sequence: one more step from its final
+        state, zeroed where its last step was an autoreset step (the reset rule, as workers act)."""
+        return self.acting_outputs(last_obs, final_state * last_valid.unsqueeze(-1).to(final_state.dtype))[0]
+
     def core_outputs(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
         """The core's outputs [T, E, H] and final state over observations [T, E, obs_dim]."""
         T, E = obs.shape[:2]

@@ -24,6 +24,20 @@ import numpy as np
 from rlpar.models.numpy_acting import EpsilonGreedyChoice, PolicyChoice
 
 
+def module_outputs(torch, module, obs: np.ndarray, state: np.ndarray | None, device="cpu") -> tuple:
+    """A torch module's acting outputs for normalised observations, as float64 arrays (what
+    `choose` takes); a recurrent module's `state` ([N, S] float64) advances in place. Shared by
+    the torch acting copies and central inference's torch backend."""
+    with torch.inference_mode():
+        x = torch.as_tensor(obs, device=device)
+        if state is None:
+            outputs = module.acting_outputs(x)
+        else:
+            outputs, next_state = module.acting_outputs(x, torch.as_tensor(state, dtype=torch.float32, device=device))
+            state[:] = next_state.to("cpu", torch.float64).numpy()
+    return tuple(o.to("cpu", torch.float64).numpy() for o in outputs)
+
+
 class TorchActing:
     """`outputs` from a CPU copy of `spec.build()`, loaded from the state dict of numpy arrays."""
 
@@ -44,17 +58,7 @@ class TorchActing:
         self.module.load_state_dict(state)
 
     def outputs(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple:
-        """The module's acting outputs, as float64 arrays (what `choose` takes); a recurrent
-        module's `state` advances in place."""
-        torch = self.torch
-        with torch.inference_mode():
-            if self.module.recurrent:
-                outputs, next_state = self.module.acting_outputs(torch.as_tensor(obs),
-                                                                 torch.as_tensor(state, dtype=torch.float32))
-                state[:] = next_state.numpy()
-            else:
-                outputs = self.module.acting_outputs(torch.as_tensor(obs))
-        return tuple(o.numpy().astype(np.float64) for o in outputs)
+        return module_outputs(self.torch, self.module, obs, state)
 
 
 class TorchPolicy(TorchActing, PolicyChoice):

@@ -34,6 +34,7 @@ from multiprocessing import connection
 import numpy as np
 
 from rlpar.envs.spaces import action_layout, noise_layout
+from rlpar.models.torch_acting import module_outputs
 from rlpar.sampling.inference_states import SET, ClientStates, ServerStates
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 
@@ -79,16 +80,7 @@ class InferencePolicy:
         if self.module is None:
             return self.acting.act_raw(raw_obs, noise, state)
         obs = self.acting.normalize(raw_obs)
-        torch = self.torch
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, device=self.device)
-            if state is None:
-                outputs = self.module.acting_outputs(x)
-            else:
-                outputs, next_state = self.module.acting_outputs(x, torch.as_tensor(state, dtype=torch.float32,
-                                                                                    device=self.device))
-                state[:] = next_state.to("cpu", torch.float64).numpy()
-            outputs = tuple(o.to("cpu", torch.float64).numpy() for o in outputs)
+        outputs = module_outputs(self.torch, self.module, obs, state, self.device)
         return (obs, *self.acting.choose(outputs, noise))
 
 
