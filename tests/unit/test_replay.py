@@ -339,19 +339,24 @@ def test_nstep_matches_the_definition_on_random_rollouts(n):
     assert_same_rows(joined, reference_nstep(rollouts, n, 0.9))
 
 
-def test_nstep_one_environment_twice_in_a_batch_and_resume_from_a_checkpoint():
-    rollouts = random_rollouts(seed=11, T=6, N=3, count=3)
-    straight = NStepWriter(n=4, gamma=0.9)
+def resumed_then_two_rollouts_side_by_side(make_writer, rollouts) -> tuple:
+    """What a writer emits for rollouts 1 and 2 in one batch (one worker's two rollouts side by
+    side), resumed from a checkpoint taken after rollout 0; and what a straight run emits for them."""
+    straight = make_writer()
     expected = [straight.add(**ro) for ro in rollouts]
-    # Rollouts 1 and 2 in one batch (one worker's two rollouts side by side), after a resume.
-    first = NStepWriter(n=4, gamma=0.9)
+    first = make_writer()
     first.add(**rollouts[0])
-    resumed = NStepWriter(n=4, gamma=0.9)
+    resumed = make_writer()
     resumed.load_state_dict(through_checkpoint(first.state_dict()))
     both = {k: np.concatenate([rollouts[1][k], rollouts[2][k]], axis=0 if k in ("env_ids", "last_obs") else 1)
             for k in rollouts[0]}
-    out = resumed.add(**both)
-    rows = [(o, a, r, no, d, e) for x in expected[1:] for o, a, r, no, d, e in
+    return resumed.add(**both), expected[1:]
+
+
+def test_nstep_one_environment_twice_in_a_batch_and_resume_from_a_checkpoint():
+    rollouts = random_rollouts(seed=11, T=6, N=3, count=3)
+    out, expected = resumed_then_two_rollouts_side_by_side(lambda: NStepWriter(n=4, gamma=0.9), rollouts)
+    rows = [(o, a, r, no, d, e) for x in expected for o, a, r, no, d, e in
             zip(x["obs"], x["actions"], x["rewards"], x["next_obs"], x["discounts"], x["env_ids"])]
     assert_same_rows(out, rows)
 

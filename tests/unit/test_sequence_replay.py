@@ -13,7 +13,7 @@ from rlpar.replay.sequences import SequenceWriter, sequence_fields
 from rlpar.replay.storage import RingStorage
 from tests.episode_flags import covers_every_case
 from tests.unit.test_replay import random_rollouts as transition_rollouts
-from tests.unit.test_replay import through_checkpoint
+from tests.unit.test_replay import resumed_then_two_rollouts_side_by_side, through_checkpoint
 
 
 # ---------------------------------------------------------------- sequences by hand
@@ -175,18 +175,11 @@ def test_sequences_match_the_definition_on_random_rollouts(burn_in, length, peri
 
 def test_one_environment_twice_in_a_batch_and_resume_from_a_checkpoint():
     rollouts = random_rollouts(seed=11, T=6, N=3, count=3)
-    straight = SequenceWriter(burn_in=2, length=4)
-    expected = [straight.add(**ro) for ro in rollouts]
+    out, expected = resumed_then_two_rollouts_side_by_side(lambda: SequenceWriter(burn_in=2, length=4), rollouts)
+    for key in out:
+        np.testing.assert_array_equal(out[key], np.concatenate([e[key] for e in expected]), err_msg=key)
     first = SequenceWriter(burn_in=2, length=4)
     first.add(**rollouts[0])
-    resumed = SequenceWriter(burn_in=2, length=4)
-    resumed.load_state_dict(through_checkpoint(first.state_dict()))
-    # Rollouts 1 and 2 side by side in one batch (one worker's two rollouts), after the resume.
-    both = {k: np.concatenate([rollouts[1][k], rollouts[2][k]], axis=0 if k in ("env_ids", "last_obs") else 1)
-            for k in rollouts[0]}
-    out = resumed.add(**both)
-    for key in out:
-        np.testing.assert_array_equal(out[key], np.concatenate([e[key] for e in expected[1:]]), err_msg=key)
     with pytest.raises(ValueError, match="burn_in"):
         SequenceWriter(burn_in=3, length=4).load_state_dict(first.state_dict())
 
