@@ -66,13 +66,16 @@ class Algorithm(ABC):
         return {}
 
     def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", gamma: float,
-                 reward_scale: float = 1.0, normalize_rewards: bool = False, reward_clip: float | None = None):
+                 reward_scale: float = 1.0, normalize_rewards: bool = False, reward_clip: float | None = None,
+                 model=None):
+        """`model`: the module to learn, when it is not `policy_spec.build()` (a multi-agent
+        algorithm's set of its learners' policies)."""
         torch.manual_seed(seed)
         self.sampler = sampler
         self.policy_spec = policy_spec
         self.total_steps = total_steps
         self.device = torch.device(device)
-        self.model = policy_spec.build().to(self.device)
+        self.model = (policy_spec.build() if model is None else model).to(self.device)
         self.parameters = list(self.model.parameters())
         self.version = 0  # updates so far: the policy version that acting data carries
         self.steps_seen = 0

@@ -76,6 +76,7 @@ class PPO(Algorithm):
         self.normalize_advantages = normalize_advantages
         self.target_kl = target_kl
         self.sequence_length = sequence_length
+        self.value_norm = getattr(self.model, "value_normalizer", None) is not None
         self.rng = np.random.default_rng([seed, 2])
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size,
                                         precision=precision, recurrent=self.model.recurrent)
@@ -118,6 +119,9 @@ class PPO(Algorithm):
         lr = self.count_steps(batch)
         advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
                                           gamma=self.gamma, gae_lambda=self.gae_lambda)
+        if self.value_norm:  # the targets' statistics, before the epochs that learn them
+            targets = returns[batch.valid].astype(np.float64)
+            self.model.value_normalizer.update(targets.mean(keepdims=True), targets.var(keepdims=True), targets.size)
         # each epoch's shuffle (of valid steps, or of a recurrent policy's pieces), drawn here: in
         # a group, rank 0 deals them out
         size = piece_count(*batch.valid.shape, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
@@ -249,6 +253,8 @@ class PPO(Algorithm):
         if behaviour_weights is not None:
             advantages = advantages * behaviour_weights
         p_loss = clipped_policy_loss(logp, old_logp, advantages, self.clip)
+        if self.value_norm:  # the critic learns normalised returns (model.value_norm, MAPPO's ValueNorm)
+            values, returns, old_values = (self.model.normalised(x) for x in (values, returns, old_values))
         v_loss = value_loss(values, returns, old_values, self.value_clip)
         loss = p_loss + self.value_coef * v_loss
         if with_entropy:

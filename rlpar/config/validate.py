@@ -282,10 +282,23 @@ def _learner_keys(c: ConfigView) -> frozenset[str] | None:
 
 def _check_env(c: ConfigView, check_env: bool):
     """The env group's keys and, with `check_env`, one environment probed; returns the probe."""
-    from rlpar.envs.factory import API_MODES, VECTORIZATION_MODES, check_env_exists, resolve_env_spec
+    from rlpar.envs.factory import API_MODES, ENV_KINDS, VECTORIZATION_MODES, check_env_exists, resolve_env_spec
 
-    c.choice("env.vectorization", VECTORIZATION_MODES)
-    c.choice("env.api", API_MODES)
+    multi_agent = c.get("env.kind") == "pettingzoo"
+    if "kind" in (c.get("env") or {}):
+        c.choice("env.kind", ENV_KINDS)
+    if multi_agent:
+        c.choice("env.agent_id", (True, False))
+    else:
+        c.choice("env.vectorization", VECTORIZATION_MODES)
+        c.choice("env.api", API_MODES)
+    if c.algorithm and bool(c.algorithm.get("multi_agent")) != multi_agent:
+        algo = c.get("algo.name")
+        c.problems.append(f"env=pettingzoo: algo={algo} learns single-agent environments; use "
+                          f"algo={c.algorithms_with('multi_agent', True)}" if multi_agent else
+                          f"algo={algo} learns multi-agent PettingZoo environments; use env=pettingzoo env.id=<module> "
+                          f"({c.get('env.id') or c.get('env.entry_point')} is a single-agent environment)")
+        check_env = False
     c.number("env.max_episode_steps", integer=True, low=1, optional=True)
     c.number("env.max_restarts", integer=True, low=0, optional=True)
     c.number("env.restart_window_s", low=0, low_open=True, optional=True)
@@ -301,7 +314,7 @@ def _check_env(c: ConfigView, check_env: bool):
     if shape_problems:
         c.problems.extend(shape_problems)
         return None
-    spec = resolve_env_spec(**env_cfg)
+    spec = resolve_env_spec(**env_cfg, centralised_critic=bool(c.algorithm.get("centralised_critic")))
     problem = check_env_exists(spec)
     if problem:
         c.problems.append(problem)

@@ -22,6 +22,7 @@ from rlpar.envs.recovering import RecoveringEnv
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
 
 VECTORIZATION_MODES = ("auto", "native", "sync")
+ENV_KINDS = ("gymnasium", "pettingzoo")  # env.kind: single-agent Gymnasium, or multi-agent PettingZoo
 API_MODES = ("auto", "gymnasium", "old_gym")
 
 
@@ -42,15 +43,28 @@ class EnvSpec:
     # Where `entry_point`'s module is looked for too, in every process that builds the env (worker
     # subprocesses, Ray actors): the directory rlpar was started in (resolve_env_spec sets it).
     import_dir: str | None = None
+    # env=pettingzoo (rlpar/envs/pettingzoo.py): `id` names a PettingZoo module, `entry_point` a
+    # function or class returning a Parallel or AEC env; agents map to `policies`, rows take the
+    # one-hot `agent_id`, and a centralised critic's rows the `global_state` (None: no state).
+    kind: str = "gymnasium"
+    policies: Any = "auto"
+    agent_id: bool = False
+    global_state: str | None = None
 
 
-def resolve_env_spec(**env_cfg) -> EnvSpec:
-    """Turn the `env` config group into an EnvSpec (keys that are not EnvSpec fields are ignored)."""
+def resolve_env_spec(*, centralised_critic: bool = False, **env_cfg) -> EnvSpec:
+    """Turn the `env` config group into an EnvSpec (keys that are not EnvSpec fields are ignored).
+    A multi-agent environment's rows carry the global state only for a `centralised_critic`."""
     names = {f.name for f in fields(EnvSpec)}
     spec = {k: v for k, v in env_cfg.items() if k in names}
+    if not centralised_critic:
+        spec["global_state"] = None
     spec["kwargs"] = dict(spec.get("kwargs") or {})
     if isinstance(spec.get("atari"), Mapping):
         spec["atari"] = dict(spec["atari"])
+    if isinstance(spec.get("policies"), Mapping):
+        spec["policies"] = {name: list(agents) if isinstance(agents, (list, tuple)) else agents
+                            for name, agents in spec["policies"].items()}
     if spec.get("entry_point") and not spec.get("import_dir"):
         spec["import_dir"] = launch_dir()
     return EnvSpec(**spec)
@@ -90,6 +104,8 @@ def import_object(path: str, search_dir: str | None = None):
 
 def check_env_exists(spec: EnvSpec) -> str | None:
     """Return a one-line problem description, or None when the environment can be built."""
+    if spec.kind == "pettingzoo":
+        return None  # its module or function is imported by the probe, which names what fails
     if spec.entry_point:
         try:
             import_object(spec.entry_point, spec.import_dir)
@@ -114,7 +130,13 @@ def check_env_exists(spec: EnvSpec) -> str | None:
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
-    """One Gymnasium environment, adapted from the old gym API when needed."""
+    """One Gymnasium environment, adapted from the old gym API when needed (a multi-agent one as
+    its team: rlpar.envs.pettingzoo.TeamEnv)."""
+    if spec.kind == "pettingzoo":
+        from rlpar.envs.pettingzoo import TeamEnv
+
+        agents = len(make_parallel_env(spec).possible_agents)
+        return TeamEnv(multi_agent_vector_env(spec, agents))
     if spec.entry_point:
         env_cls = import_object(spec.entry_point, spec.import_dir)
         env = env_cls(**spec.kwargs)
@@ -146,6 +168,8 @@ def _has_seeded_native(spec: EnvSpec) -> bool:
 
 
 def has_native_vector_env(spec: EnvSpec) -> bool:
+    if spec.kind == "pettingzoo":
+        return False
     if spec.entry_point or spec.api == "old_gym" or is_ale_id(spec.id):
         return False  # ale-py's AtariVectorEnv preprocesses differently from make_env
     return _has_seeded_native(spec) or gym.spec(spec.id).vector_entry_point is not None
@@ -165,6 +189,8 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     that fail for good, or return what their spaces do not declare, stop the run
     (EnvironmentFailedError) on every sampler.
     """
+    if spec.kind == "pettingzoo":
+        return multi_agent_vector_env(spec, num_envs)
     if vector_mode(spec) == "native":
         if _has_seeded_native(spec):
             env_cls, limit = SEEDED_NATIVE[spec.id]
@@ -177,6 +203,22 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     limits = dict(name=spec.id or spec.entry_point, max_restarts=spec.max_restarts,
                   restart_window_s=spec.restart_window_s)
     return gym.vector.SyncVectorEnv([lambda: RecoveringEnv(build(), build, **limits) for _ in range(num_envs)])
+
+
+def make_parallel_env(spec: EnvSpec):
+    """One PettingZoo Parallel API environment of an `env=pettingzoo` spec."""
+    from rlpar.envs.pettingzoo import as_parallel_env, module_env_factory
+
+    make = import_object(spec.entry_point, spec.import_dir) if spec.entry_point else module_env_factory(spec.id)
+    return as_parallel_env(make(**spec.kwargs))
+
+
+def multi_agent_vector_env(spec: EnvSpec, num_columns: int):
+    """`num_columns` agent columns: whole environments of every agent (rlpar/envs/pettingzoo.py)."""
+    from rlpar.envs.pettingzoo import MultiAgentVectorEnv
+
+    return MultiAgentVectorEnv(make=partial(make_parallel_env, spec), num_columns=num_columns, policies=spec.policies,
+                               agent_id=spec.agent_id, global_state=spec.global_state)
 
 
 def env_restarts(venv: gym.vector.VectorEnv) -> int:

@@ -3,7 +3,7 @@ with it, and the build reads its spaces from the same probe instead of building 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +32,7 @@ class EnvProbe:
     vector_observations: bool = False  # a Box of vectors: `auto` reward normalisation is on exactly then
     whitened: bool = False  # what `model.normalize_obs=auto` becomes (rlpar.envs.spaces.whitened_by_default)
     step_problem: str | None = None
+    agents: object | None = None  # env=pettingzoo: its AgentLayout (rlpar/envs/pettingzoo.py)
 
     @property
     def name(self) -> str:
@@ -42,6 +43,8 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
     """Build one environment of `spec`, describe its spaces, then reset it and take `steps` random
     steps (0: no reset, spaces only)."""
     name = spec.id or spec.entry_point
+    if spec.kind == "pettingzoo":
+        return _probe_multi_agent(spec, name, steps)
     try:
         env = make_env(spec)
     except BaseException as err:  # user code: any exception, MemoryError included
@@ -63,6 +66,48 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
         )
     finally:
         env.close()
+
+
+def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
+    """A PettingZoo environment's agents, laid out as rows (rlpar/envs/pettingzoo.py), then
+    `steps` random steps of every agent."""
+    from rlpar.envs.factory import make_parallel_env, multi_agent_vector_env
+
+    from rlpar.envs.pettingzoo import agent_layout
+
+    try:
+        env = make_parallel_env(spec)
+    except BaseException as err:  # user code: any exception
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        where = f"env.entry_point {name}" if spec.entry_point else f"env.id {name} (a PettingZoo module)"
+        return EnvProbe(spec, f"env: building {where} with env.kwargs {spec.kwargs} failed "
+                              f"({type(err).__name__}: {first_line(err)})")
+    try:
+        layout = agent_layout(env, policies=spec.policies, agent_id=spec.agent_id, global_state=spec.global_state)
+    except (ValueError, TypeError) as err:
+        message = first_line(err)
+        return EnvProbe(spec, message if message.startswith("env") else f"env: {name}: {message}")
+    finally:
+        env.close()
+    row = gym.spaces.Box(-np.inf, np.inf, (layout.row_dim,), np.float32)
+    probe = EnvProbe(spec, observation=describe_observation_space(row), action=layout.column_action, agents=layout,
+                     vector_observations=True, whitened=True)
+    if not steps:
+        return probe
+    stage = "reset"
+    try:
+        venv = multi_agent_vector_env(spec, len(layout.agents))
+        venv.reset(seed=0)
+        for step in range(steps):
+            stage = f"step {step + 1}"
+            obs, rewards, *_ = venv.step(np.stack([space.sample() for space in venv.action_spaces]))  # one environment
+            if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
+                return replace(probe, step_problem=f"env: {name} returned NaN or infinite observations or rewards at {stage}")
+        venv.close()
+    except Exception as err:
+        return replace(probe, step_problem=f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})")
+    return probe
 
 
 def _step_problem(env: gym.Env, name: str, steps: int) -> str | None:

@@ -21,6 +21,7 @@ from torch import nn
 
 from rlpar.envs.spaces import factor_columns
 from rlpar.models.normalizer import ObservationNormalizer
+from rlpar.models.numpy_acting import VALUE_NORM_EPSILON
 
 if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
     from rlpar.models.spec import PolicySpec
@@ -125,6 +126,13 @@ class ActorCritic(ActorCriticBase):
             self.weights.append(nn.Parameter(weight))
             self.biases.append(nn.Parameter(torch.zeros(2, 1, sizes[i + 1])))
         self._add_log_std()  # after the towers: the parameters' order (optimiser state) is unchanged
+        mask = None
+        if spec.actor_inputs is not None:  # the actor's first layer reads only the leading inputs
+            mask = torch.ones(2, spec.obs_dim, 1)
+            mask[ACTOR, spec.actor_inputs:] = 0.0
+        self.register_buffer("first_layer_mask", mask, persistent=False)
+        # value_norm: the returns' running mean and variance (absent otherwise: state dicts unchanged)
+        self.value_normalizer = ObservationNormalizer(1, True) if spec.value_norm else None
 
     def towers(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor outputs [N, A] and values [N] of already-normalised observations."""
@@ -133,7 +141,26 @@ class ActorCritic(ActorCriticBase):
         x = obs.unsqueeze(0).expand(2, *obs.shape)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if i == 0 and self.first_layer_mask is not None:
+                w = w * self.first_layer_mask
             x = torch.baddbmm(b, x, w)
             if i < last:
                 x = self.activation(x)
-        return x[ACTOR, :, : self.num_outputs], x[CRITIC, :, 0]
+        values = x[CRITIC, :, 0]
+        return x[ACTOR, :, : self.num_outputs], values if self.value_normalizer is None else self.denormalised(values)
+
+    def value_scale(self, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The returns' running mean and standard deviation (value_norm)."""
+        normalizer = self.value_normalizer
+        return normalizer.mean.to(dtype), (normalizer.var + VALUE_NORM_EPSILON).sqrt().to(dtype)
+
+    def denormalised(self, values: torch.Tensor) -> torch.Tensor:
+        mean, std = self.value_scale(values.dtype)
+        return values * std + mean
+
+    def normalised(self, returns: torch.Tensor) -> torch.Tensor:
+        """Returns (or values) on the scale the critic learns (identity without `value_norm`)."""
+        if self.value_normalizer is None:
+            return returns
+        mean, std = self.value_scale(returns.dtype)
+        return (returns - mean) / std

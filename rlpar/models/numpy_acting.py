@@ -20,6 +20,7 @@ ACTIVATIONS = {
     "elu": lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),
 }
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+VALUE_NORM_EPSILON = 1e-5  # added to the returns' variance (value_norm), here and in the torch actor-critic
 
 
 class NumpyActing:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a
     from rlpar.models.spec import PolicySpec
 
 
-from rlpar.models.numpy_acting import ACTIVATIONS, PolicyChoice
+from rlpar.models.numpy_acting import ACTIVATIONS, VALUE_NORM_EPSILON, PolicyChoice
 
 
 def _layers(weights: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -63,7 +63,14 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         self.layers = _layers(weights)
         # Both towers read the same observation: one matmul for their first layers, side by side.
         w, b = self.layers[0]
-        self._first_w = np.ascontiguousarray(np.concatenate([w[0], w[1]], axis=1))
+        actor_w = w[0]
+        if self.spec.actor_inputs is not None:  # a centralised critic: the actor reads the leading inputs
+            actor_w = np.where(np.arange(len(actor_w))[:, None] < self.spec.actor_inputs, actor_w, 0.0)
+        self._first_w = np.ascontiguousarray(np.concatenate([actor_w, w[1]], axis=1))
+        self.value_mean, self.value_std = 0.0, 1.0
+        if self.spec.value_norm:  # the critic predicts normalised returns (ActorCritic.denormalised)
+            self.value_mean = float(np.asarray(weights["value_normalizer.mean"])[0])
+            self.value_std = float(np.sqrt(np.asarray(weights["value_normalizer.var"], np.float64)[0] + VALUE_NORM_EPSILON))
         self._first_b = np.concatenate([b[0, 0], b[1, 0]])
         self._set_whitening(weights)
         self.set_choice_weights(weights)
@@ -79,11 +86,14 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         size, width = self.spec.action.size, self._first_b.size // 2
         x = obs @ self._first_w + self._first_b
         if len(self.layers) == 1:  # no hidden layers
-            return x[:, :size], x[:, width]
+            return x[:, :size], self._values(x[:, width])
         # Past the first layer each tower has its own input: [2, N, width], one batched matmul a layer.
         x = self.activation(x).reshape(len(obs), 2, width).transpose(1, 0, 2)
         for w, b in self.layers[1:-1]:
             x = self.activation(np.matmul(x, w) + b)
         w, b = self.layers[-1]
         x = np.matmul(x, w) + b  # the last layer is padded to max(actions, 1) columns
-        return x[0, :, :size], x[1, :, 0]
+        return x[0, :, :size], self._values(x[1, :, 0])
+
+    def _values(self, critic: np.ndarray) -> np.ndarray:
+        return critic * self.value_std + self.value_mean if self.spec.value_norm else critic

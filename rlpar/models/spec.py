@@ -154,9 +154,19 @@ class PolicySpec(NetworkFields):
     acting: str = "auto"  # auto | numpy | torch: the workers' copy of the network (see choose_acting)
     recurrent: str | None = None  # lstm | gru: an LSTM or GRU core between the encoder and the heads
     recurrent_size: int = 128  # the core's hidden units
+    # A centralised critic (MAPPO): the actor reads only the first `actor_inputs` values of a row
+    # (the agent's own observation), the critic all of it (the global state follows). None: both all.
+    actor_inputs: int | None = None
+    # The critic predicts returns normalised by their running mean and std (MAPPO's ValueNorm);
+    # its outputs are turned back into returns in the network, so acting values stay returns.
+    value_norm: bool = False
 
     def __post_init__(self):
         self._settle_fields()
+        if (self.actor_inputs is not None or self.value_norm) and (self.recurrent or self.chosen_encoder != "mlp"):
+            raise ValueError("actor_inputs and value_norm are offered for the feed-forward MLP actor-critic")
+        if self.actor_inputs is not None and not 0 < self.actor_inputs <= self.obs_dim:
+            raise ValueError(f"actor_inputs {self.actor_inputs} is not within a row of {self.obs_dim} values")
 
     def build(self):
         """The trainable torch module (learner side): the MLP actor-critic, the CNN one, or a

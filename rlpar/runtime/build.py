@@ -14,6 +14,7 @@ from rlpar.config.validate import ConfigError
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.probe import EnvProbe, probe_env
 from rlpar.logging.progress import ProgressLine
+from rlpar.models.multi_agent import MultiAgentSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime import run_dir as run_directory
 from rlpar.runtime import run_lock
@@ -35,6 +36,8 @@ def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None =
         raise ConfigError([probe.problem])
     options = {} if normalize_obs is None else {"normalize_obs": probe.whitened if normalize_obs == "auto" else normalize_obs}
     try:
+        if probe.agents is not None:  # a PettingZoo environment: a policy per agent group
+            return MultiAgentSpec.from_layout(probe.agents, make_spec, **options), probe.vector_observations
         return make_spec(**probe.observation.as_kwargs(), action=probe.action, **options), probe.vector_observations
     except ValueError as err:  # e.g. a Q-network for continuous actions
         raise ConfigError([f"model: {err}"]) from err
@@ -58,20 +61,20 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     run_dir = Path(container["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(container["hardware"]["torch_threads"])
-    env_spec = resolve_env_spec(**container["env"])
     algo = container["algo"]
+    algo_cls = get_class(algo["_target_"])
+    env_spec = resolve_env_spec(**container["env"], centralised_critic=getattr(algo_cls, "centralised_critic", False))
     policy_spec, box_observations = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"),
                                                       probe=env_probe,
                                                       normalize_obs=container["model"].get("normalize_obs"))
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
-    algo_cls = get_class(algo["_target_"])
     sampler = make_sampler(
         **sampling_defaults(container["parallel"], algo_cls),
         env_spec=env_spec,
         policy_spec=policy_spec,
         num_workers=container["workers"],
-        envs_per_worker=container["envs_per_worker"],
+        envs_per_worker=container["envs_per_worker"] * getattr(policy_spec, "agents_per_env", 1),  # columns
         rollout_length=algo["rollout_length"],
         seed=container["seed"],
         worker_class=algo_cls.worker_class,

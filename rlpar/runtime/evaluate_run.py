@@ -55,7 +55,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     if trained_with is not None and (changed := config_mismatches(config, trained_with, sections=("model",))):
         raise EvaluateError(f"{run_dir / 'config.yaml'} no longer matches {checkpoint.name}, whose network was made "
                             f"with another config: {'; '.join(changed)}; put those values back")
-    env_spec = resolve_env_spec(**config["env"])
+    env_spec = resolve_env_spec(**config["env"], centralised_critic=_centralised_critic(config))
     problem = check_env_exists(env_spec)
     if problem:
         where = " (run rlpar evaluate from the directory the run was trained in)" if env_spec.entry_point else ""
@@ -157,6 +157,17 @@ def _newest_checkpoint(run_dir: Path):
     for path, reason in damaged:
         print(f"rlpar: skipped checkpoint {path.name} ({reason}); evaluating {found[0].name}", flush=True)
     return found
+
+
+def _centralised_critic(config: dict) -> bool:
+    """Whether the run's algorithm gave its critic the global state (its rows carry it)."""
+    from rlpar.config.known_keys import class_attributes
+
+    target = (config.get("algo") or {}).get("_target_")
+    try:
+        return bool(class_attributes(target).get("centralised_critic")) if isinstance(target, str) else False
+    except (ImportError, SyntaxError):
+        return False
 
 
 def _policy_spec(config: dict, env_spec):

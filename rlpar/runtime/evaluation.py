@@ -10,6 +10,7 @@ import numpy as np
 
 from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
+from rlpar.models.multi_agent import POLICY_PREFIX
 from rlpar.models.spec import PolicySpec
 
 EVAL_SEED_OFFSET = 10_000  # evaluation episode i runs on seed + 10_000 + i, away from training's seeds
@@ -37,6 +38,7 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
     policy = policy_spec.acting_policy()
     policy.set_weights(weights)
     mapper = ActionMapper(policy_spec.action)
+    agents = getattr(policy_spec, "agents_per_env", 0)  # a multi-agent env: its agents' rows, its team's reward
     returns = []
     try:
         for episode in range(num_episodes):
@@ -44,9 +46,10 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
             total, steps, done = 0.0, 0, False
             state = np.zeros((1, policy.state_size)) if policy.state_size else None  # a recurrent policy's memory
             while not done and steps < max_steps:
-                x = policy.normalize(flatten(np.asarray(obs)[None]))
+                rows = flatten(np.asarray(obs)[None])
+                x = policy.normalize(rows.reshape(agents, -1) if agents else rows)
                 action, _, _ = policy.act(x, None, state)  # advances `state`
-                obs, reward, terminated, truncated, _ = env.step(mapper.to_env(action)[0])
+                obs, reward, terminated, truncated, _ = env.step(mapper.to_env(action) if agents else mapper.to_env(action)[0])
                 total += float(reward)
                 steps += 1
                 done = terminated or truncated
@@ -67,7 +70,11 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
 
 def checkpoint_policy_weights(algorithm_state: dict) -> dict:
     """The acting policy's weights held in a checkpoint's `algorithm` section, as numpy: the
-    learner's model, or the parameter server's (A3C and async DQN outside shared memory)."""
+    learner's model, or the parameter server's (A3C and async DQN outside shared memory), or
+    every policy's of a multi-agent algorithm (a section each, rlpar.algos.mappo)."""
+    if "policies" in algorithm_state:
+        return {f"{POLICY_PREFIX}{name}.{key}": value for name, section in algorithm_state["policies"].items()
+                for key, value in checkpoint_policy_weights(section).items()}
     model = algorithm_state.get("model")
     if model is None:
         model = (algorithm_state.get("server") or {}).get("model")

@@ -81,14 +81,22 @@ class Batch:
     # rollout, and stepping this one (summed over workers): how long actors sit idle.
     actor_idle_s: float = 0.0
     actor_busy_s: float = 0.0
+    # Multi-agent environments (rlpar/envs/pettingzoo.py): columns are agents, `agents_per_env` to an
+    # environment; its episodes above are the agents', and the team's (the sum over its agents)
+    # are these, ending at (step, the environment's first column), in the same canonical order.
+    agents_per_env: int = 1
+    team_returns: list[float] = field(default_factory=list)
+    team_lengths: list[int] = field(default_factory=list)
+    team_ends: list[tuple[int, int]] = field(default_factory=list)
     # What an algorithm's own worker class adds (e.g. Ape-X's prioritised transitions, when no
     # replay shard takes them directly): name -> one entry per contributing worker, in order.
     extras: dict[str, list] = field(default_factory=dict)
 
     @property
     def num_steps(self) -> int:
-        """Environment steps taken to collect this batch (autoreset steps included)."""
-        return int(self.rewards.size)
+        """Environment steps taken to collect this batch (autoreset steps included; one step of
+        a multi-agent environment moves all its agents)."""
+        return int(self.rewards.size) // self.agents_per_env
 
     @property
     def policy_version(self) -> int:
@@ -110,16 +118,17 @@ class Batch:
             arrays.update({name: np.concatenate([getattr(b, name) for b in batches]) for name in PER_ENV_FIELDS})
             if batches[0].states is not None:
                 arrays["states"] = np.concatenate([b.states for b in batches], axis=1)
-        episodes, first_column = [], 0
-        for b in batches:
-            episodes += [((t, first_column + env), r, n) for (t, env), r, n in zip(b.episode_ends, b.episode_returns, b.episode_lengths)]
-            first_column += b.bootstrap_value.shape[0]
-        episodes.sort(key=lambda episode: episode[0])
+        returns, lengths, ends = canonical_episodes(batches, "episode_returns", "episode_lengths", "episode_ends")
+        team_returns, team_lengths, team_ends = canonical_episodes(batches, "team_returns", "team_lengths", "team_ends")
         return Batch(
             **arrays,
-            episode_returns=[r for _, r, _ in episodes],
-            episode_lengths=[n for _, _, n in episodes],
-            episode_ends=[end for end, _, _ in episodes],
+            episode_returns=returns,
+            episode_lengths=lengths,
+            episode_ends=ends,
+            agents_per_env=batches[0].agents_per_env,
+            team_returns=team_returns,
+            team_lengths=team_lengths,
+            team_ends=team_ends,
             raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
             policy_versions=[v for b in batches for v in b.policy_versions],
             env_restarts=sum(b.env_restarts for b in batches),
@@ -128,6 +137,23 @@ class Batch:
             extras={name: [entry for b in batches for entry in b.extras.get(name, [])]
                     for name in dict.fromkeys(name for b in batches for name in b.extras)},
         )
+
+    def columns(self, columns: np.ndarray, obs_width: int | None = None) -> "Batch":
+        """Some of its columns as a batch of their own (a policy's agents: rlpar.algos.mappo), rows
+        cut to their first `obs_width` values; the agents' episodes of those columns, renumbered.
+        Its steps are agent steps."""
+        width = slice(0, obs_width)
+        arrays = {name: getattr(self, name)[:, columns] for name in TIME_MAJOR_FIELDS}
+        arrays.update({name: getattr(self, name)[columns] for name in PER_ENV_FIELDS})
+        arrays["obs"], arrays["last_obs"] = arrays["obs"][..., width], arrays["last_obs"][:, width]
+        position = {int(c): i for i, c in enumerate(columns)}
+        episodes = [((t, position[c]), r, n) for (t, c), r, n in zip(self.episode_ends, self.episode_returns,
+                                                                      self.episode_lengths) if c in position]
+        sums = None if self.raw_obs_sums is None else tuple(part[columns][:, width] for part in self.raw_obs_sums)
+        return Batch(**arrays, states=None if self.states is None else self.states[:, columns],
+                     episode_returns=[r for _, r, _ in episodes], episode_lengths=[n for _, _, n in episodes],
+                     episode_ends=[end for end, _, _ in episodes], raw_obs_sums=sums,
+                     policy_versions=list(self.policy_versions))
 
     def details(self) -> dict:
         """Everything but the arrays: episode statistics, versions, timings, extras (small and
@@ -142,6 +168,17 @@ class Batch:
         details = {name: list(value) if isinstance(value, list) else value for name, value in self.details().items()}
         details["extras"] = {name: list(entries) for name, entries in self.extras.items()}
         return Batch(**arrays, **details)
+
+
+def canonical_episodes(batches: list[Batch], returns: str, lengths: str, ends: str) -> tuple[list, list, list]:
+    """Workers' episodes (the fields named) in one order, by (finish step, column of the joined batch)."""
+    episodes, first_column = [], 0
+    for b in batches:
+        episodes += [((t, first_column + column), r, n)
+                     for (t, column), r, n in zip(getattr(b, ends), getattr(b, returns), getattr(b, lengths))]
+        first_column += b.bootstrap_value.shape[0]
+    episodes.sort(key=lambda episode: episode[0])
+    return [r for _, r, _ in episodes], [n for _, _, n in episodes], [end for end, _, _ in episodes]
 
 
 def concat_obs_sums(sums):

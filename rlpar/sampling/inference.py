@@ -50,7 +50,8 @@ class InferencePolicy:
         self.acting = policy_spec.acting_policy()
         self.states = ServerStates(policy_spec.state_size, num_envs) if policy_spec.state_size else None
         self.module = None
-        if (backend or ("numpy" if device == "cpu" else "torch")) == "torch":
+        wants_torch = (backend or ("numpy" if device == "cpu" else "torch")) == "torch"
+        if wants_torch and getattr(policy_spec, "torch_inference", True):  # (multi-agent rows: numpy copies)
             import torch
 
             self.torch, self.device = torch, torch.device(device)

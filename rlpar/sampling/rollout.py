@@ -141,6 +141,7 @@ class RolloutWorker:
         noise = self._draw_noise()
         env_restarts_before = env_restarts(self.venv)
         returns, lengths, ends = [], [], []
+        team_returns, team_lengths, team_ends = [], [], []
         act_raw = self.policy.act_raw
         state = self.recurrent_state
         for t in range(T):
@@ -151,8 +152,14 @@ class RolloutWorker:
                 state[self.state_reset_pending] = 0.0
                 bufs["states"][t] = state
             obs_buf[t], actions, logp, values = act_raw(self.raw_obs, noise[t], state)
-            raw_next, rewards, terminated, truncated, _ = self.venv.step(self.action_mapper.to_env(actions))
+            raw_next, rewards, terminated, truncated, info = self.venv.step(self.action_mapper.to_env(actions))
             valid = ~self.autoreset_pending
+            if "agent_active" in info:  # a multi-agent environment's absent agents take no step (envs/pettingzoo.py)
+                valid &= info["agent_active"]
+                for c in np.flatnonzero(~np.isnan(info["team_return"])):
+                    team_returns.append(float(info["team_return"][c]))
+                    team_lengths.append(int(info["team_length"][c]))
+                    team_ends.append((t, int(c)))
             actions_buf[t], logp_buf[t], values_buf[t] = actions, logp, values
             rewards_buf[t], term_buf[t], trunc_buf[t], valid_buf[t] = rewards, terminated, truncated, valid
             self.episode_return += rewards
@@ -190,6 +197,10 @@ class RolloutWorker:
             episode_returns=returns,
             episode_lengths=lengths,
             episode_ends=ends,
+            agents_per_env=getattr(self.venv, "agents_per_env", 1),
+            team_returns=team_returns,
+            team_lengths=team_lengths,
+            team_ends=team_ends,
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_versions=[self.policy_version],
             env_restarts=env_restarts(self.venv) - env_restarts_before,

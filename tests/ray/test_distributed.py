@@ -92,6 +92,8 @@ def metrics_rows(run_dir):
     (("env.id=Acrobot-v1", "algo.rollout_length=64", "total_steps=8192"), 16),
     # A recurrent policy: every environment's LSTM state kept by whoever acts for it.
     (("env=cartpole", "seed=3", "model.recurrent=lstm", "model.recurrent_size=16"), 8),
+    # IPPO on mpe2's simple_spread: 3 agents' rows per environment, central inference batching them all.
+    (("env=pettingzoo", "env.id=mpe2.simple_spread_v3", "algo=ippo", "algo.rollout_length=25", "seed=3"), 4),
 ])
 def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path, common, iterations):
     """Same seed, 8 environments in all, sync_mode=blocking: every row of metrics.jsonl, read back
@@ -114,7 +116,8 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
                 trainer.train()
         finally:
             trainer.close()
-        keys = ("iteration", "env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value")
+        keys = ("iteration", "env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value",
+                "team_return_mean", "agent_return_mean", "shared/loss_policy", "shared/loss_value")
         rows[name] = [{k: row.get(k) for k in keys} for row in metrics_rows(run_dir)]
     assert len(rows["local"]) == iterations and rows["local"][-1]["episodes"] > 5
     for name in layouts:

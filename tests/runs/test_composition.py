@@ -16,7 +16,7 @@ from rlpar.config.compose import compose_config
 from tests.defaults import STEPS_PER_ITERATION
 
 ROOT = Path(__file__).resolve().parents[2]
-ALGOS = ["a2c", "a3c", "apex", "appo", "async_dqn", "dqn", "impala", "ppo"]
+ALGOS = ["a2c", "a3c", "apex", "appo", "async_dqn", "dqn", "impala", "ppo", "ippo", "mappo"]
 USER_ENV = '''
 import gymnasium as gym
 import numpy as np

@@ -123,6 +123,23 @@ def test_recurrent_policy_sigkill_then_resume_equals_an_uninterrupted_run(tmp_pa
     kill_between_checkpoints_and_resume(tmp_path, rows(reference_dir), config)
 
 
+def test_two_policies_sigkill_then_resume_continue_every_policy(tmp_path):
+    """IPPO with separate policies for two agent groups (a scout, two runners that come and go):
+    every policy's optimiser, statistics and shuffles travel in its own checkpoint section, and
+    each continues its iterations without a gap or a repeat."""
+    config = (*CONFIG, "env=pettingzoo", "algo=ippo", "env.entry_point=tests.multi_agent_envs:relay",
+              f"algo.rollout_length={STEPS_PER_ITERATION // 8}")
+    reference_dir = tmp_path / "uninterrupted"
+    run_cli(*config, run_dir=reference_dir)
+    reference = rows(reference_dir)
+    assert [(r["scout/policy_version"], r["runner/policy_version"]) for r in reference] == [
+        (i, i) for i in range(1, ITERATIONS + 1)]
+    kill_between_checkpoints_and_resume(tmp_path, reference, config)
+    _, state = latest_valid_checkpoint(tmp_path / "killed")
+    assert {name: section["version"] for name, section in state["algorithm"]["policies"].items()} == {
+        "scout": ITERATIONS, "runner": ITERATIONS}
+
+
 def kill_between_checkpoints_and_resume(tmp_path, uninterrupted, config) -> None:
     run_dir = tmp_path / "killed"
     victim = start_and_wait_between_checkpoints(run_dir, config)

@@ -27,6 +27,10 @@ def test_every_group_option_composes(make_cfg, group, option):
         with pytest.raises(ConfigError, match="is a CNN for image observations; these are vectors"):
             validate_config(cfg)
         validate_config(make_cfg(f"{group}={option}", "env=atari"))
+    elif f"{group}={option}" in ("env=pettingzoo", "algo=ippo", "algo=mappo"):  # multi-agent: both or neither
+        with pytest.raises(ConfigError, match="single-agent"):
+            validate_config(cfg)
+        validate_config(make_cfg(f"{group}={option}", "algo=ippo" if group == "env" else "env=pettingzoo"))
     else:
         validate_config(cfg)
 

@@ -1,0 +1,134 @@
+"""Multi-agent PPO for PettingZoo environments (`env=pettingzoo`): IPPO and MAPPO.
+
+Rows of a batch are agents (rlpar/envs/pettingzoo.py), and agents map to policies
+(`env.policies`: one shared policy, or one per group). Each policy is learned by its own PPO
+learner (rlpar.algos.ppo) from its agents' columns: its own optimiser, statistics, metrics
+(`<policy>/...`) and checkpoint section. One iteration: act with every policy -> each policy's
+columns -> GAE and minibatch epochs per policy -> new weights for all.
+
+- IPPO (de Witt et al. 2020): each agent's critic reads its own observation.
+- MAPPO (Yu et al. 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent
+  Games"): the critic reads the agent-specific global state, the agent's row followed by the
+  environment's `state()` (or all agents' observations: env.global_state), while the actor reads
+  only the agent's own observation (PolicySpec.actor_inputs); values are learned normalised
+  (model.value_norm). Both take MAPPO's other choices through their configs.
+
+The team's return (the sum over its agents of an environment's episode) is the run's episode
+return; every policy's agents' returns are logged beside it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.ppo import PPO
+from rlpar.models.policy_set import PolicySet
+
+
+class IPPO(Algorithm):
+    multi_agent = True  # it learns PettingZoo environments' agents (env=pettingzoo), and only those
+    centralised_critic = False  # its critic reads the global state: rows carry it (env.global_state)
+    central_inference = True
+    data_parallel = False
+    recurrent_policies = False
+
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        lr: float = 7e-4,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip: float = 0.2,
+        value_coef: float = 1.0,
+        entropy_coef: float = 0.01,
+        max_grad_norm: float = 10.0,
+        epochs: int = 10,
+        minibatches: int = 8,
+        normalize_advantages: bool = True,
+        value_clip: float | None = None,
+        anneal_lr: bool = False,
+        min_lr_fraction: float = 0.0,
+        target_kl: float | None = None,
+        reward_scale: float = 1.0,
+        reward_clip: float | None = None,
+        normalize_rewards: bool = False,
+        max_consecutive_nonfinite: int = 20,
+        compile: str | bool = "auto",
+        precision: str = "fp32",
+    ):
+        """The PPO keys apply to every policy's learner. `minibatches`: per epoch, each policy's
+        batch is cut into this many (MAPPO's num_mini_batch; a policy's share of the batch depends
+        on its agents, hence a count, not a size). `total_steps` are environment steps; a
+        policy's learner counts its agents' steps (its learning rate anneals over its share)."""
+        ppo_options = dict(lr=lr, gamma=gamma, gae_lambda=gae_lambda, clip=clip, value_coef=value_coef,
+                           entropy_coef=entropy_coef, max_grad_norm=max_grad_norm, epochs=epochs,
+                           minibatch_size=1, normalize_advantages=normalize_advantages,
+                           value_clip=value_clip, anneal_lr=anneal_lr, min_lr_fraction=min_lr_fraction,
+                           target_kl=target_kl, reward_scale=reward_scale, reward_clip=reward_clip,
+                           normalize_rewards=normalize_rewards, max_consecutive_nonfinite=max_consecutive_nonfinite,
+                           compile=compile, precision=precision)
+        self.learners: dict[str, PPO] = {}
+        for p, (name, spec) in enumerate(policy_spec.policies):
+            agents = policy_spec.policy_of.count(p)
+            self.learners[name] = PPO(sampler=None, policy_spec=spec, total_steps=total_steps * agents, seed=seed + p,
+                                      device=device, **ppo_options)
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
+                         gamma=gamma, model=PolicySet({name: learner.model for name, learner in self.learners.items()}))
+        self.optimizer = None  # each learner keeps its own
+        self.minibatches = minibatches
+
+    def training_step(self) -> StepResult:
+        full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"  # as PPO's
+        batch, metrics = self.sample(min_rollouts=self.sampler.num_rollout_workers if full_batch else 1)
+        start = time.perf_counter()
+        metrics.update(self.update(batch))
+        metrics["time_learn_s"] = time.perf_counter() - start
+        return StepResult(batch.num_steps, batch.team_returns, batch.team_lengths, metrics)
+
+    def update(self, batch) -> dict:
+        """Each policy's PPO update on its agents' columns; their diagnostics under `<policy>/`."""
+        metrics, columns = {}, batch.rewards.shape[1]
+        for p, (name, learner) in enumerate(self.learners.items()):
+            spec = learner.policy_spec
+            part = batch.columns(self.policy_spec.rows_of(p, columns), obs_width=spec.obs_dim)
+            learner.minibatch_size = max(int(part.valid.sum()) // self.minibatches, 1)
+            stats = learner.update(part)
+            if part.episode_returns:
+                stats["agent_return_mean"] = float(np.mean(part.episode_returns))
+            metrics.update({f"{name}/{key}": value for key, value in stats.items()})
+        self.version += 1
+        metrics["policy_version"] = self.version
+        metrics["agent_steps"] = int(batch.rewards.size)
+        if batch.episode_returns:
+            metrics["agent_return_mean"] = float(np.mean(batch.episode_returns))
+        if batch.team_returns:
+            metrics["team_return_mean"] = float(np.mean(batch.team_returns))
+            metrics["team_length_mean"] = float(np.mean(batch.team_lengths))
+        return metrics
+
+    def state_dict(self) -> dict:
+        """A section per policy (its weights, optimiser, statistics and shuffles)."""
+        return {"version": self.version, "policies": {name: learner.state_dict() for name, learner in self.learners.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = set(self.learners) ^ set(state["policies"])
+        if missing:
+            raise ValueError(f"the checkpoint's policies {sorted(state['policies'])} are not this run's "
+                             f"{sorted(self.learners)} (env.policies changed?)")
+        for name, learner in self.learners.items():
+            learner.load_state_dict(state["policies"][name])
+        self.version = int(state["version"])
+
+
+class MAPPO(IPPO):
+    """IPPO with a centralised critic: see the module docstring."""
+
+    centralised_critic = True

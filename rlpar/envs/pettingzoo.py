@@ -1,0 +1,338 @@
+"""PettingZoo environments as rows of agents (`env=pettingzoo`).
+
+A multi-agent environment with A possible agents becomes A columns of a Gymnasium vector env,
+one per agent, so every sampler, batch, checkpoint and the identical-batch guarantee work as for
+single-agent environments: environment k of a worker is columns [k*A, (k+1)*A), in the order of
+`possible_agents`. A worker's columns start at a multiple of A, so a column's agent is its
+index modulo A wherever the column is (rlpar.models.multi_agent routes rows to policies so).
+
+Each row is what the agent's policy reads: its own observation, flattened, then (with
+`agent_id`) the one-hot index of the agent among the agents of its policy, then (for a
+centralised critic, `global_state`) the environment's global state; padded with zeros to the
+widest row of the environment. Agents that are not in the episode (not yet arrived, or gone)
+have zero rows and their columns' steps are marked inactive (`info["agent_active"]`), which the
+rollout worker treats like autoreset steps: not transitions. An environment's episode ends when
+no agent is left; the next step only resets it (Gymnasium's next-step autoreset), and the team's
+return (the sum over agents) is reported in `info` at the end.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import re
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from rlpar.envs.spaces import SUPPORTED_ACTIONS, ActionInfo, describe_action_space, is_image_space, observation_dim
+
+POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
+GLOBAL_STATES = ("auto", "state", "observations")
+SHARED_POLICY = "shared"
+
+
+def module_env_factory(module_name: str):
+    """Module `module_name`'s `parallel_env` (or its AEC `env`): what builds its environment."""
+    module = importlib.import_module(module_name)
+    make = getattr(module, "parallel_env", None) or getattr(module, "env", None)
+    if make is None:
+        raise ImportError(f"module '{module_name}' has neither parallel_env() nor env() (a PettingZoo environment module)")
+    return make
+
+
+def as_parallel_env(env):
+    """A PettingZoo Parallel API environment: `env` itself, or converted from the AEC API."""
+    from pettingzoo.utils.conversions import aec_to_parallel
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    if isinstance(env, AECEnv):
+        return aec_to_parallel(env)
+    if not isinstance(env, ParallelEnv) and not all(hasattr(env, name) for name in ("possible_agents", "reset", "step")):
+        raise TypeError(f"{type(env).__name__} is not a PettingZoo ParallelEnv or AECEnv")
+    return env
+
+
+def policy_groups(agents: tuple[str, ...], mapping, same_spaces) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Policy names and, per agent, its policy's index. `mapping`: `shared` (one policy),
+    `agent` (one each), `group` (one per name prefix: speaker_0 -> speaker), `auto` (shared
+    when all agents have the same spaces, else group), or {policy: [agent names or glob patterns]}.
+    `same_spaces(a, b)`: whether agents a and b could share a policy."""
+    if mapping == "auto":
+        mapping = SHARED_POLICY if all(same_spaces(agents[0], a) for a in agents) else "group"
+    if mapping == SHARED_POLICY:
+        names = [SHARED_POLICY] * len(agents)
+    elif mapping == "agent":
+        names = list(agents)
+    elif mapping == "group":
+        names = [re.sub(r"_\d+$", "", agent) for agent in agents]
+    elif isinstance(mapping, dict):
+        names = []
+        for agent in agents:
+            owners = [p for p, patterns in mapping.items()
+                      if any(fnmatch.fnmatchcase(agent, str(pattern)) for pattern in _as_list(patterns))]
+            if len(owners) != 1:
+                raise ValueError(f"env.policies: agent '{agent}' matches {len(owners)} policies "
+                                 f"({', '.join(owners) or 'none'}); each agent needs exactly one")
+            names.append(owners[0])
+    else:
+        raise ValueError(f"env.policies: expected one of {', '.join(POLICY_MAPPINGS)} or a mapping "
+                         f"{{policy: [agent names or patterns]}}, got {mapping!r}")
+    policies = tuple(dict.fromkeys(names))
+    policy_of = tuple(policies.index(name) for name in names)
+    for p, policy in enumerate(policies):
+        members = [a for a, q in zip(agents, policy_of) if q == p]
+        odd = next((a for a in members if not same_spaces(members[0], a)), None)
+        if odd is not None:
+            raise ValueError(f"env.policies: policy '{policy}' covers agents with different spaces ({members[0]} and "
+                             f"{odd}); give them separate policies (env.policies=group or agent)")
+    return policies, policy_of
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+@dataclass(frozen=True)
+class AgentLayout:
+    """Where each agent's data sits in its row, and which policy reads it."""
+
+    agents: tuple[str, ...]  # possible_agents: column k*A + i is agent i of environment k
+    policies: tuple[str, ...]
+    policy_of: tuple[int, ...]  # per agent
+    obs_dims: tuple[int, ...]  # per agent: its flattened observation
+    id_dims: tuple[int, ...]  # per agent: the one-hot agent index (agents of its policy), or 0
+    id_index: tuple[int, ...]  # per agent: its index among the agents of its policy
+    state_dim: int  # the global state a centralised critic reads (0: none)
+    actions: tuple[ActionInfo, ...]  # per agent
+
+    @property
+    def actor_inputs(self) -> tuple[int, ...]:
+        """Per agent: the leading values of its row its actor reads (the critic reads the row)."""
+        return tuple(o + i for o, i in zip(self.obs_dims, self.id_dims))
+
+    @property
+    def row_dims(self) -> tuple[int, ...]:
+        return tuple(a + self.state_dim for a in self.actor_inputs)
+
+    @property
+    def row_dim(self) -> int:
+        return max(self.row_dims)
+
+    def policy_agent(self, policy: int) -> int:
+        """The first agent of `policy` (its agents share spaces and rows)."""
+        return self.policy_of.index(policy)
+
+    @property
+    def column_action(self) -> ActionInfo:
+        """One action layout for every column: the agents' own, or the widest Discrete."""
+        first = self.actions[0]
+        if all(a == first for a in self.actions):
+            return first
+        if all(a.discrete and not a.factored for a in self.actions):
+            return max(self.actions, key=lambda a: a.size)
+        raise ValueError("env: agents' action spaces differ beyond the number of Discrete choices "
+                         f"({', '.join(sorted(set(map(_describe, self.actions))))}); rlpar batches every agent's "
+                         "actions in one array")
+
+
+def _describe(action: ActionInfo) -> str:
+    if action.factored:
+        return f"MultiDiscrete{list(action.nvec)}"
+    return f"Discrete({action.size})" if action.discrete else f"Box({action.size})"
+
+
+def agent_layout(env, *, policies="auto", agent_id: bool = False, global_state: str | None = None) -> AgentLayout:
+    """The layout of `env`'s agents (raises ValueError or TypeError naming what rlpar refuses)."""
+    agents = tuple(env.possible_agents)
+    if not agents:
+        raise ValueError("env: the environment has no possible_agents")
+    obs_spaces = {a: env.observation_space(a) for a in agents}
+    action_spaces = {a: env.action_space(a) for a in agents}
+    for agent, space in obs_spaces.items():
+        if is_image_space(space):
+            raise TypeError(f"agent '{agent}' observes images; env=pettingzoo takes vector observations")
+    try:
+        actions = tuple(describe_action_space(action_spaces[a]) for a in agents)
+    except TypeError:
+        raise TypeError(f"an agent's action space is not one of {SUPPORTED_ACTIONS}") from None
+    obs_dims = tuple(observation_dim(obs_spaces[a]) for a in agents)
+
+    def same_spaces(a, b):
+        return obs_spaces[a] == obs_spaces[b] and action_spaces[a] == action_spaces[b]
+
+    names, policy_of = policy_groups(agents, policies, same_spaces)
+    members = [[a for a, q in enumerate(policy_of) if q == p] for p in range(len(names))]
+    id_index = tuple(members[policy_of[a]].index(a) for a in range(len(agents)))
+    id_dims = tuple(len(members[policy_of[a]]) if agent_id else 0 for a in range(len(agents)))
+    state_dim = 0
+    if global_state is not None:
+        state_dim = state_size(env, global_state, obs_dims)
+    layout = AgentLayout(agents, names, policy_of, obs_dims, id_dims, id_index, state_dim, actions)
+    layout.column_action  # noqa: B018 - raises for action spaces one array cannot hold
+    return layout
+
+
+def has_state(env) -> bool:
+    return callable(getattr(env, "state", None)) and getattr(env, "state_space", None) is not None
+
+
+def state_size(env, global_state: str, obs_dims) -> int:
+    if global_state not in GLOBAL_STATES:
+        raise ValueError(f"env.global_state: expected one of {', '.join(GLOBAL_STATES)}, got {global_state!r}")
+    if global_state == "state" and not has_state(env):
+        raise ValueError("env.global_state=state: the environment has no state() and state_space; use auto or observations")
+    if global_state != "observations" and has_state(env):
+        return observation_dim(env.state_space)
+    return sum(obs_dims)
+
+
+def team_episode_info(num_columns: int) -> dict:
+    return {"agent_active": np.zeros(num_columns, bool), "team_return": np.full(num_columns, np.nan),
+            "team_length": np.zeros(num_columns, np.int64)}
+
+
+class MultiAgentVectorEnv(gym.vector.VectorEnv):
+    """`num_columns // A` PettingZoo parallel environments as `num_columns` agent columns, with
+    next-step autoreset per environment (see the module docstring)."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, *, make, num_columns: int, policies="auto", agent_id: bool = False,
+                 global_state: str | None = None):
+        first = make()
+        self.layout = agent_layout(first, policies=policies, agent_id=agent_id, global_state=global_state)
+        self.agents_per_env = len(self.layout.agents)
+        if num_columns % self.agents_per_env:
+            raise ValueError(f"{num_columns} columns are not whole environments of {self.agents_per_env} agents")
+        count = num_columns // self.agents_per_env
+        self.envs = [first] + [make() for _ in range(count - 1)]
+        self.num_envs = num_columns
+        self.global_state = global_state
+        self.use_state = global_state is not None and global_state != "observations" and has_state(first)
+        self.obs_spaces = [first.observation_space(a) for a in self.layout.agents]
+        self.action_spaces = [first.action_space(a) for a in self.layout.agents]
+        row = gym.spaces.Box(-np.inf, np.inf, (self.layout.row_dim,), np.float32)
+        self.single_observation_space, self.observation_space = row, gym.vector.utils.batch_space(row, num_columns)
+        column_action = self.layout.column_action
+        self.single_action_space = (gym.spaces.Discrete(column_action.size) if column_action.discrete
+                                    and not column_action.factored else self.action_spaces[0])
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_columns)
+        self.resetting = np.zeros(count, bool)  # the environment's episode ended: this step resets it
+        self.team_return = np.zeros(count)
+        self.team_length = np.zeros(count, np.int64)
+        self.id_columns = [self.layout.obs_dims[a] + self.layout.id_index[a] for a in range(self.agents_per_env)]
+        self.state_columns = [slice(self.layout.actor_inputs[a], self.layout.row_dims[a]) for a in range(self.agents_per_env)]
+
+    # -- rows ---------------------------------------------------------------------------------
+    def _rows(self, k: int, observations: dict, out: np.ndarray) -> None:
+        """Environment k's agents' rows into `out` ([A, row_dim]); absent agents stay zero."""
+        layout, env = self.layout, self.envs[k]
+        out[:] = 0.0
+        flat = [None] * self.agents_per_env
+        for a, agent in enumerate(layout.agents):
+            if agent in observations:
+                flat[a] = gym.spaces.flatten(self.obs_spaces[a], observations[agent]).astype(np.float32)
+                out[a, : layout.obs_dims[a]] = flat[a]
+                if layout.id_dims[a]:
+                    out[a, self.id_columns[a]] = 1.0
+        if layout.state_dim:
+            if self.use_state:
+                state = np.asarray(env.state(), np.float32).reshape(-1)
+            else:
+                state = np.concatenate([np.zeros(d, np.float32) if f is None else f
+                                        for f, d in zip(flat, layout.obs_dims)])
+            for a in range(self.agents_per_env):
+                out[a, self.state_columns[a]] = state
+
+    def _columns(self, k: int) -> slice:
+        return slice(k * self.agents_per_env, (k + 1) * self.agents_per_env)
+
+    # -- the vector env -----------------------------------------------------------------------
+    def reset(self, *, seed=None, options=None):
+        seeds = seed if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(self.num_envs)]
+        rows = np.zeros((self.num_envs, self.layout.row_dim), np.float32)
+        for k, env in enumerate(self.envs):
+            observations, _ = env.reset(seed=seeds[k * self.agents_per_env])
+            self._rows(k, observations, rows[self._columns(k)])
+        self.resetting[:] = False
+        self.team_return[:] = 0.0
+        self.team_length[:] = 0
+        return rows, {}
+
+    def step(self, actions):
+        A, layout = self.agents_per_env, self.layout
+        rows = np.zeros((self.num_envs, layout.row_dim), np.float32)
+        rewards = np.zeros(self.num_envs, np.float32)
+        terminated = np.zeros(self.num_envs, bool)
+        truncated = np.zeros(self.num_envs, bool)
+        info = team_episode_info(self.num_envs)
+        actions = np.asarray(actions)
+        for k, env in enumerate(self.envs):
+            columns = self._columns(k)
+            if self.resetting[k]:  # next-step autoreset: this step only resets; no agent acts
+                observations, _ = env.reset()
+                self._rows(k, observations, rows[columns])
+                self.resetting[k] = False
+                self.team_return[k], self.team_length[k] = 0.0, 0
+                continue
+            live = set(env.agents)
+            chosen = {agent: self._env_action(a, actions[k * A + a]) for a, agent in enumerate(layout.agents)
+                      if agent in live}
+            observations, agent_rewards, agent_terminated, agent_truncated, _ = env.step(chosen)
+            self._rows(k, observations, rows[columns])
+            for a, agent in enumerate(layout.agents):
+                if agent in live:
+                    c = k * A + a
+                    info["agent_active"][c] = True
+                    rewards[c] = agent_rewards.get(agent, 0.0)
+                    terminated[c] = bool(agent_terminated.get(agent, False))
+                    truncated[c] = bool(agent_truncated.get(agent, False)) and not terminated[c]
+            self.team_return[k] += float(rewards[columns].astype(np.float64).sum())
+            self.team_length[k] += 1
+            if not env.agents:
+                self.resetting[k] = True
+                info["team_return"][k * A], info["team_length"][k * A] = self.team_return[k], self.team_length[k]
+        return rows, rewards, terminated, truncated, info
+
+    def _env_action(self, agent: int, action):
+        space = self.action_spaces[agent]
+        if isinstance(space, gym.spaces.Discrete):
+            return int(action)
+        return np.asarray(action, space.dtype).reshape(space.shape)
+
+    def render(self):
+        return self.envs[0].render()
+
+    def close(self, **kwargs):
+        for env in self.envs:
+            env.close()
+
+
+class TeamEnv(gym.Env):
+    """One multi-agent environment as a Gymnasium env for evaluation and videos: observations
+    are every agent's row [A, row_dim], actions one per agent, the reward the team's, and the
+    episode ends when no agent is left."""
+
+    def __init__(self, venv: MultiAgentVectorEnv):
+        self.venv = venv
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (venv.num_envs, venv.layout.row_dim), np.float32)
+        self.action_space = venv.action_space
+        self.render_mode = getattr(venv.envs[0], "render_mode", None)
+        self.metadata = {**getattr(venv.envs[0], "metadata", {}), "autoreset_mode": None}
+
+    def reset(self, *, seed=None, options=None):
+        rows, _ = self.venv.reset(seed=None if seed is None else [seed] * self.venv.num_envs)
+        return rows, {}
+
+    def step(self, actions):
+        rows, rewards, _, _, info = self.venv.step(np.asarray(actions))
+        ended = not np.isnan(info["team_return"][0])
+        return rows, float(np.asarray(rewards, np.float64).sum()), ended, False, {}
+
+    def render(self):
+        return self.venv.envs[0].render()
+
+    def close(self):
+        self.venv.close()

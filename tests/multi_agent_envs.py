@@ -1,0 +1,127 @@
+"""Small PettingZoo Parallel API environments whose every number is known, for the multi-agent tests.
+
+`Relay`: a scout (Box(2) observations, Discrete(2) actions) and two runners (Box(3), Discrete(3)).
+Each agent's reward is its action plus one hundredth of the step; runner_1 leaves after step 2
+(terminated), the scout arrives after the first step, and the episode ends after `length` steps
+(truncated). Observations hold the step number, so rows can be checked by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+from pettingzoo.utils.env import AECEnv
+
+AGENTS = ("scout_0", "runner_0", "runner_1")
+
+
+class Relay(ParallelEnv):
+    metadata = {"name": "relay_v0"}
+    render_mode = None
+
+    def __init__(self, length: int = 5, runner_leaves_at: int = 2, scout_arrives_at: int = 1):
+        self.possible_agents = list(AGENTS)
+        self.length, self.runner_leaves_at, self.scout_arrives_at = length, runner_leaves_at, scout_arrives_at
+        self.agents: list[str] = []
+        self.step_count = 0
+        self.rng = np.random.default_rng()
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return spaces.Box(-100.0, 100.0, (2,) if agent.startswith("scout") else (3,), np.float32)
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return spaces.Discrete(2 if agent.startswith("scout") else 3)
+
+    def _obs(self, agent):
+        index = AGENTS.index(agent)
+        values = [self.step_count, index, self.offset][: 2 if agent.startswith("scout") else 3]
+        return np.asarray(values, np.float32)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.offset = float(self.rng.integers(0, 10))
+        self.step_count = 0
+        self.agents = [a for a in AGENTS if not (a.startswith("scout") and self.scout_arrives_at > 0)]
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.step_count += 1
+        rewards = {a: float(actions[a]) + self.step_count / 100 for a in self.agents}
+        end = self.step_count >= self.length
+        terminated = {a: a == "runner_1" and self.step_count == self.runner_leaves_at for a in self.agents}
+        truncated = {a: end for a in self.agents}
+        observations = {a: self._obs(a) for a in self.agents}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        if "scout_0" not in self.agents and self.step_count == self.scout_arrives_at and not end:
+            self.agents.insert(0, "scout_0")
+            observations["scout_0"] = self._obs("scout_0")
+        return observations, rewards, terminated, truncated, {a: {} for a in observations}
+
+    def state(self):
+        return np.asarray([self.step_count, self.offset], np.float32)
+
+    @property
+    def state_space(self):
+        return spaces.Box(-100.0, 100.0, (2,), np.float32)
+
+
+def relay(**kwargs) -> Relay:
+    """What env.entry_point names: a function returning the environment."""
+    return Relay(**kwargs)
+
+
+class Together(ParallelEnv):
+    """A cooperative task for learning tests: two agents see a target (one of 3) and are rewarded
+    together, +1 each step both choose it, for 10 steps."""
+
+    metadata = {"name": "together_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["mate_0", "mate_1"]
+        self.agents = []
+        self.rng = np.random.default_rng()
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (3,), np.float32)
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _observations(self):
+        row = np.eye(3, dtype=np.float32)[self.target]
+        return {a: row for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.steps = list(self.possible_agents), 0
+        self.target = int(self.rng.integers(3))
+        return self._observations(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.steps += 1
+        both = all(actions[a] == self.target for a in self.agents)
+        rewards = {a: 1.0 if both else 0.0 for a in self.agents}
+        self.target = int(self.rng.integers(3))
+        end = self.steps >= 10
+        observations = self._observations()
+        done = {a: end for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        if end:
+            self.agents = []
+        return observations, rewards, {a: False for a in done}, done, infos
+
+
+def relay_aec(**kwargs) -> AECEnv:
+    """The Relay behind the AEC API (rlpar converts it back)."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    return parallel_to_aec(Relay(**kwargs))
