@@ -111,6 +111,7 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
         thresholds_line(rows),
         "",
     ]
+    lines += policies_section(finished, sweep_dir)
     if problems:
         lines += ["## Runs not included", "", "| run | status | last iteration |", "|---|---|---|"]
         lines += [f"| {r.path.relative_to(sweep_dir)} | {r.status} | {r.final.get('iteration', '-')} |" for r in problems]
@@ -120,6 +121,21 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report
+
+
+def policies_section(runs, sweep_dir: Path) -> list[str]:
+    """Multi-agent runs: each policy's agent return beside the team's, from each run's last
+    iteration that finished episodes."""
+    lines = []
+    for run in runs:
+        last = next((row for row in reversed(run.metrics) if "team_return_mean" in row), None)
+        for key in sorted(k for k in last or () if k.endswith("/agent_return_mean")):
+            lines.append(f"| {run.path.relative_to(sweep_dir) if run.path != sweep_dir else run.path.name} | "
+                         f"{key.split('/')[0]} | {last[key]:.2f} | {last['team_return_mean']:.2f} | {last['env_steps']:,} |")
+    if not lines:
+        return []
+    return ["## Policies (multi-agent runs)", "", "| run | policy | agent return | team return | env steps |",
+            "|---|---|---|---|---|", *lines, ""]
 
 
 # -- a search: trial by trial ------------------------------------------------------------------

@@ -31,57 +31,27 @@ from rlpar.models.policy_set import PolicySet
 class IPPO(Algorithm):
     multi_agent = True  # it learns PettingZoo environments' agents (env=pettingzoo), and only those
     centralised_critic = False  # its critic reads the global state: rows carry it (env.global_state)
-    central_inference = True
     data_parallel = False
     recurrent_policies = False
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 7e-4,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        clip: float = 0.2,
-        value_coef: float = 1.0,
-        entropy_coef: float = 0.01,
-        max_grad_norm: float = 10.0,
-        epochs: int = 10,
-        minibatches: int = 8,
-        normalize_advantages: bool = True,
-        value_clip: float | None = None,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        target_kl: float | None = None,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        normalize_rewards: bool = False,
-        max_consecutive_nonfinite: int = 20,
-        compile: str | bool = "auto",
-        precision: str = "fp32",
-    ):
-        """The PPO keys apply to every policy's learner. `minibatches`: per epoch, each policy's
-        batch is cut into this many (MAPPO's num_mini_batch; a policy's share of the batch depends
-        on its agents, hence a count, not a size). `total_steps` are environment steps; a
-        policy's learner counts its agents' steps (its learning rate anneals over its share)."""
-        ppo_options = dict(lr=lr, gamma=gamma, gae_lambda=gae_lambda, clip=clip, value_coef=value_coef,
-                           entropy_coef=entropy_coef, max_grad_norm=max_grad_norm, epochs=epochs,
-                           minibatch_size=1, normalize_advantages=normalize_advantages,
-                           value_clip=value_clip, anneal_lr=anneal_lr, min_lr_fraction=min_lr_fraction,
-                           target_kl=target_kl, reward_scale=reward_scale, reward_clip=reward_clip,
-                           normalize_rewards=normalize_rewards, max_consecutive_nonfinite=max_consecutive_nonfinite,
-                           compile=compile, precision=precision)
+    # PPO's keys (algo.lr, algo.clip, ...) apply to every policy's learner; validation reads them there
+    KEYWORDS_FORWARDED_TO = "rlpar.algos.ppo.PPO"
+    KEYWORDS_NOT_FORWARDED = ("minibatch_size", "sequence_length")
+
+    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", minibatches: int = 8,
+                 **ppo_options):
+        """`ppo_options`: PPO's keyword arguments, for each policy's learner. `minibatches`: per
+        epoch, each policy's batch is cut into this many (MAPPO's num_mini_batch; a policy's
+        share of the batch depends on its agents, hence a count, not a size). `total_steps` are
+        environment steps; a policy's learner counts its agents' steps (its learning rate
+        anneals over its share)."""
         self.learners: dict[str, PPO] = {}
         for p, (name, spec) in enumerate(policy_spec.policies):
             agents = policy_spec.policy_of.count(p)
             self.learners[name] = PPO(sampler=None, policy_spec=spec, total_steps=total_steps * agents, seed=seed + p,
                                       device=device, **ppo_options)
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, model=PolicySet({name: learner.model for name, learner in self.learners.items()}))
+                         gamma=ppo_options.get("gamma", 0.99), model=PolicySet({name: learner.model for name, learner in self.learners.items()}))
         self.optimizer = None  # each learner keeps its own
         self.minibatches = minibatches
 

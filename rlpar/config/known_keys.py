@@ -1,7 +1,8 @@
 """Which keys each part of the config takes, so that a typo is refused instead of ignored.
 
 A node with `_target_` takes its class's keyword arguments, read from the class's source (so
-validation never imports torch, 2 s here); a `**kwargs` there is forwarded to the base class.
+validation never imports torch, 2 s here); a `**kwargs` there is forwarded to the base class, or
+to the class named by `KEYWORDS_FORWARDED_TO`.
 The other nodes take what rlpar's own config files give them.
 """
 
@@ -66,7 +67,7 @@ def keyword_parameters(target: str) -> frozenset[str]:
         return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
     names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
     if init is None or init.args.kwarg is not None:
-        base = _base_target(tree, cls, module_name)
+        base = _forwarded_to(cls) or _base_target(tree, cls, module_name)
         names |= (set(keyword_parameters(base)) if base else set()) - _not_forwarded(cls)
     return frozenset(names)
 
@@ -97,6 +98,16 @@ def defines_method(target: str, name: str) -> bool:
         return True
     base = _base_target(tree, cls, module_name)
     return defines_method(base, name) if base else False
+
+
+def _forwarded_to(cls: ast.ClassDef) -> str | None:
+    """The class a `**kwargs` goes to when it is not the base class (`KEYWORDS_FORWARDED_TO =
+    "package.module.Class"`: a multi-agent algorithm's per-policy learners)."""
+    for node in cls.body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KEYWORDS_FORWARDED_TO" for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return None
 
 
 def _not_forwarded(cls: ast.ClassDef) -> set[str]:

@@ -218,7 +218,8 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     number("rmsprop_alpha", low=0, high=1, high_open=True)
     number("sequence_length", integer=True, low=1, optional=True)  # a recurrent policy's learning pieces
     number("burn_in", integer=True, low=0)
-    for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval", "server_sync_interval"):
+    for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval", "server_sync_interval",
+                 "minibatches"):
         number(name, integer=True, low=1)
     for name in ("learning_starts", "exploration_steps"):
         number(name, integer=True, low=0)

@@ -209,7 +209,6 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         count = num_columns // self.agents_per_env
         self.envs = [first] + [make() for _ in range(count - 1)]
         self.num_envs = num_columns
-        self.global_state = global_state
         self.use_state = global_state is not None and global_state != "observations" and has_state(first)
         self.obs_spaces = [first.observation_space(a) for a in self.layout.agents]
         self.action_spaces = [first.action_space(a) for a in self.layout.agents]

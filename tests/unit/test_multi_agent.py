@@ -197,14 +197,19 @@ def test_multi_agent_config_problems_in_one_line(make_cfg, tmp_path, overrides, 
 def test_ippo_run_logs_team_agent_and_policy_metrics(make_cfg, tmp_path):
     from rlpar.runtime.build import build_trainer
 
+    from rlpar.report import write_report
+
     cfg = make_cfg("env=pettingzoo", "algo=ippo", "env.entry_point=tests.multi_agent_envs:relay", "algo.rollout_length=12",
-                   "envs_per_worker=2", "checkpoint.every=0", run_dir=tmp_path)
+                   "envs_per_worker=2", "checkpoint.every=0", "total_steps=72", run_dir=tmp_path)
     trainer = build_trainer(cfg)
     try:
         rows = [trainer.train() for _ in range(3)]
         state = trainer.algorithm.state_dict()
     finally:
         trainer.close()
+    report = write_report(tmp_path).read_text()
+    for policy in ("scout", "runner"):  # each policy's agents' return beside the team's, in the report
+        assert f"| {policy} | {rows[-1][f'{policy}/agent_return_mean']:.2f} | {rows[-1]['team_return_mean']:.2f} | 72 |" in report
     last = rows[-1]
     assert last["env_steps"] == 3 * 12 * 2  # environment steps, not agent steps
     assert last["agent_steps"] == 12 * 2 * 3
@@ -226,3 +231,22 @@ def test_speaker_listener_validates_with_a_policy_per_group(make_cfg, tmp_path):
                                      "env.entry_point=mpe2.simple_speaker_listener_v4:parallel_env", run_dir=tmp_path))
     assert probe.step_problem is None and probe.agents.policies == ("speaker", "listener")
     assert probe.agents.row_dims == (3 + 14, 11 + 14)  # own observation, then the 14-value state
+
+
+def test_dashboard_tags_group_each_policys_metrics_under_its_name():
+    from rlpar.logging.tags import tag_for
+
+    assert tag_for("speaker/loss_policy") == "speaker/losses/loss_policy"
+    assert tag_for("team_return_mean") == "returns/team_return_mean"
+    assert tag_for("shared/agent_return_mean") == "shared/returns/agent_return_mean"
+
+
+def test_ppos_keys_are_ippos_and_typos_are_named(make_cfg, tmp_path):
+    from rlpar.config.validate import ConfigError, validate_config
+
+    with pytest.raises(ConfigError) as caught:
+        validate_config(make_cfg("env=pettingzoo", "algo=ippo", "+algo.minibatch_size=64", "algo.minibatches=0",
+                                 "+algo.entropy_coeff=0.1", run_dir=tmp_path))
+    message = str(caught.value)
+    assert "algo.minibatch_size: unknown key" in message and "algo.minibatches: 0" in message
+    assert "algo.entropy_coeff: unknown key" in message and "did you mean algo.entropy_coef?" in message
