@@ -50,8 +50,9 @@ class IPPO(Algorithm):
             agents = policy_spec.policy_of.count(p)
             self.learners[name] = PPO(sampler=None, policy_spec=spec, total_steps=total_steps * agents, seed=seed + p,
                                       device=device, **ppo_options)
+        policies = PolicySet({name: learner.model for name, learner in self.learners.items()})
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=ppo_options.get("gamma", 0.99), model=PolicySet({name: learner.model for name, learner in self.learners.items()}))
+                         gamma=ppo_options.get("gamma", 0.99), model=policies)
         self.optimizer = None  # each learner keeps its own
         self.minibatches = minibatches
 

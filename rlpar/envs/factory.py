@@ -135,8 +135,7 @@ def make_env(spec: EnvSpec) -> gym.Env:
     if spec.kind == "pettingzoo":
         from rlpar.envs.pettingzoo import TeamEnv
 
-        agents = len(make_parallel_env(spec).possible_agents)
-        return TeamEnv(multi_agent_vector_env(spec, agents))
+        return TeamEnv(multi_agent_vector_env(spec))
     if spec.entry_point:
         env_cls = import_object(spec.entry_point, spec.import_dir)
         env = env_cls(**spec.kwargs)
@@ -213,8 +212,9 @@ def make_parallel_env(spec: EnvSpec):
     return as_parallel_env(make(**spec.kwargs))
 
 
-def multi_agent_vector_env(spec: EnvSpec, num_columns: int):
-    """`num_columns` agent columns: whole environments of every agent (rlpar/envs/pettingzoo.py)."""
+def multi_agent_vector_env(spec: EnvSpec, num_columns: int | None = None):
+    """`num_columns` agent columns: whole environments of every agent (rlpar/envs/pettingzoo.py);
+    None: one environment."""
     from rlpar.envs.pettingzoo import MultiAgentVectorEnv
 
     return MultiAgentVectorEnv(make=partial(make_parallel_env, spec), num_columns=num_columns, policies=spec.policies,

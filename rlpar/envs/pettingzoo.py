@@ -199,11 +199,13 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
-    def __init__(self, *, make, num_columns: int, policies="auto", agent_id: bool = False,
+    def __init__(self, *, make, num_columns: int | None = None, policies="auto", agent_id: bool = False,
                  global_state: str | None = None):
+        """`num_columns`: whole environments' agents (None: one environment's)."""
         first = make()
         self.layout = agent_layout(first, policies=policies, agent_id=agent_id, global_state=global_state)
         self.agents_per_env = len(self.layout.agents)
+        num_columns = self.agents_per_env if num_columns is None else num_columns
         if num_columns % self.agents_per_env:
             raise ValueError(f"{num_columns} columns are not whole environments of {self.agents_per_env} agents")
         count = num_columns // self.agents_per_env
@@ -238,7 +240,7 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                     out[a, self.id_columns[a]] = 1.0
         if layout.state_dim:
             if self.use_state:
-                state = np.asarray(env.state(), np.float32).reshape(-1)
+                state = gym.spaces.flatten(env.state_space, env.state()).astype(np.float32)
             else:
                 state = np.concatenate([np.zeros(d, np.float32) if f is None else f
                                         for f, d in zip(flat, layout.obs_dims)])

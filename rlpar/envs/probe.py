@@ -72,7 +72,6 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
     """A PettingZoo environment's agents, laid out as rows (rlpar/envs/pettingzoo.py), then
     `steps` random steps of every agent."""
     from rlpar.envs.factory import make_parallel_env, multi_agent_vector_env
-
     from rlpar.envs.pettingzoo import agent_layout
 
     try:
@@ -95,18 +94,20 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
                      vector_observations=True, whitened=True)
     if not steps:
         return probe
-    stage = "reset"
+    stage, venv = "reset", None
     try:
-        venv = multi_agent_vector_env(spec, len(layout.agents))
+        venv = multi_agent_vector_env(spec)
         venv.reset(seed=0)
         for step in range(steps):
             stage = f"step {step + 1}"
             obs, rewards, *_ = venv.step(np.stack([space.sample() for space in venv.action_spaces]))  # one environment
             if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
                 return replace(probe, step_problem=f"env: {name} returned NaN or infinite observations or rewards at {stage}")
-        venv.close()
     except Exception as err:
         return replace(probe, step_problem=f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})")
+    finally:
+        if venv is not None:
+            venv.close()
     return probe
 
 

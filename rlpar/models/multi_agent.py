@@ -43,10 +43,6 @@ class MultiAgentSpec:
         return len(self.agents)
 
     @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.policies)
-
-    @property
     def normalize_obs(self) -> bool:
         return any(spec.normalize_obs for _, spec in self.policies)
 
