@@ -180,3 +180,23 @@ def test_gif_for_tensorboard_is_scaled_and_subsampled():
     image = Image.open(__import__("io").BytesIO(data))
     assert image.size == (width, height) == (MAX_GIF_WIDTH, 213)
     assert image.n_frames <= MAX_GIF_FRAMES
+
+
+@pytest.mark.slow
+def test_evaluate_plays_team_episodes_of_a_multi_agent_run_and_records_one(tmp_path):
+    """MAPPO on simple_spread with a policy per agent (rows carry the global state): `rlpar
+    evaluate` rebuilds every policy from its checkpoint section, plays 25-step team episodes with
+    the training's own final evaluation's returns, and writes one playable MP4 of all agents."""
+    from rlpar.config.compose import compose_config
+
+    run_dir = tmp_path / "run"
+    cfg = compose_config(["progress=false", "env=pettingzoo", "algo=mappo", "env.policies=agent", "total_steps=400",
+                          "algo.rollout_length=25", "eval_episodes=2"], run_dir=run_dir)
+    final = run(cfg)
+    done = evaluate(run_dir, "--episodes", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
+    assert row["lengths"] == [25, 25]
+    assert row["eval_return_mean"] == pytest.approx(final["eval_return_mean"])
+    frames = imageio.mimread(run_dir / row["videos"][0], memtest=False)
+    assert len(frames) >= 25
