@@ -208,6 +208,10 @@ def make_parallel_env(spec: EnvSpec):
     """One PettingZoo Parallel API environment of an `env=pettingzoo` spec."""
     from rlpar.envs.pettingzoo import as_parallel_env, module_env_factory
 
+    try:
+        import pettingzoo  # noqa: F401
+    except ImportError:
+        raise ImportError("env=pettingzoo needs PettingZoo (pip install 'rlpar[multiagent]', or requirements.txt)") from None
     make = import_object(spec.entry_point, spec.import_dir) if spec.entry_point else module_env_factory(spec.id)
     return as_parallel_env(make(**spec.kwargs))
 
