@@ -157,18 +157,25 @@ def _targets() -> list[str]:
 @pytest.mark.parametrize("target", _targets())
 def test_keys_read_from_source_match_the_real_signature(target):
     """Validation reads constructors' keywords from source (no torch import): it must agree with
-    what Python itself sees, `**kwargs` forwarded to the base class included."""
+    what Python itself sees, `**kwargs` forwarded to the base class (or KEYWORDS_FORWARDED_TO) included."""
     import importlib
     import inspect
 
     from rlpar.config.known_keys import keyword_parameters
 
-    module, _, name = target.rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
+    def imported(path):
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    def constructors(klass):
+        return [k for k in klass.__mro__ if "__init__" in vars(k) and k is not object]
+
+    cls = imported(target)
+    chain = constructors(cls)
+    if getattr(cls, "KEYWORDS_FORWARDED_TO", None):  # a **kwargs for another class (IPPO's per-policy PPO learners)
+        chain = chain[:1] + constructors(imported(cls.KEYWORDS_FORWARDED_TO))
     real = set()
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass) or klass is object:
-            continue
+    for klass in chain:
         params = inspect.signature(klass.__init__).parameters.values()
         real |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
         if not any(p.kind == p.VAR_KEYWORD for p in params):
