@@ -228,10 +228,12 @@ def test_an_actor_write_the_shards_limiter_refuses_waits_until_the_learner_sampl
         actor.write(transitions, np.ones(16))
         assert len(actor.writes_in_flight) == 2  # neither waited: two writes may be in flight unanswered
         actor.write(transitions, np.ones(16))  # the third waits for the first, refused until the learner samples
-        assert sampled.is_set()
-        learner.join()
+        # Read at the shard as the write returns: it had sampled. (The learner's thread itself may
+        # hear that its sample was taken after the actor's write was: checked after it ends.)
         stats = ray.get(shard.stats.remote())
         assert (stats["size"], stats["inserted"], stats["sampled"]) == (48, 48, 16)
+        learner.join()
+        assert sampled.is_set()
     finally:
         actor.close()
         ray.kill(shard)
