@@ -106,6 +106,7 @@ class AgentLayout:
     id_index: tuple[int, ...]  # per agent: its index among the agents of its policy
     state_dim: int  # the global state a centralised critic reads (0: none)
     actions: tuple[ActionInfo, ...]  # per agent
+    state_from_env: bool = False  # the global state is the env's state(); else every agent's observation
 
     @property
     def actor_inputs(self) -> tuple[int, ...]:
@@ -166,10 +167,10 @@ def agent_layout(env, *, policies="auto", agent_id: bool = False, global_state: 
     members = [[a for a, q in enumerate(policy_of) if q == p] for p in range(len(names))]
     id_index = tuple(members[policy_of[a]].index(a) for a in range(len(agents)))
     id_dims = tuple(len(members[policy_of[a]]) if agent_id else 0 for a in range(len(agents)))
-    state_dim = 0
+    state_dim, state_from_env = 0, False
     if global_state is not None:
-        state_dim = state_size(env, global_state, obs_dims)
-    layout = AgentLayout(agents, names, policy_of, obs_dims, id_dims, id_index, state_dim, actions)
+        state_dim, state_from_env = global_state_source(env, global_state, obs_dims)
+    layout = AgentLayout(agents, names, policy_of, obs_dims, id_dims, id_index, state_dim, actions, state_from_env)
     layout.column_action  # noqa: B018 - raises for action spaces one array cannot hold
     return layout
 
@@ -178,14 +179,15 @@ def has_state(env) -> bool:
     return callable(getattr(env, "state", None)) and getattr(env, "state_space", None) is not None
 
 
-def state_size(env, global_state: str, obs_dims) -> int:
+def global_state_source(env, global_state: str, obs_dims) -> tuple[int, bool]:
+    """The global state's size, and whether it is the env's state() (else all agents' observations)."""
     if global_state not in GLOBAL_STATES:
         raise ValueError(f"env.global_state: expected one of {', '.join(GLOBAL_STATES)}, got {global_state!r}")
     if global_state == "state" and not has_state(env):
         raise ValueError("env.global_state=state: the environment has no state() and state_space; use auto or observations")
     if global_state != "observations" and has_state(env):
-        return observation_dim(env.state_space)
-    return sum(obs_dims)
+        return observation_dim(env.state_space), True
+    return sum(obs_dims), False
 
 
 def team_episode_info(num_columns: int) -> dict:
@@ -211,7 +213,6 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         count = num_columns // self.agents_per_env
         self.envs = [first] + [make() for _ in range(count - 1)]
         self.num_envs = num_columns
-        self.use_state = global_state is not None and global_state != "observations" and has_state(first)
         self.obs_spaces = [first.observation_space(a) for a in self.layout.agents]
         self.action_spaces = [first.action_space(a) for a in self.layout.agents]
         row = gym.spaces.Box(-np.inf, np.inf, (self.layout.row_dim,), np.float32)
@@ -239,7 +240,7 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                 if layout.id_dims[a]:
                     out[a, self.id_columns[a]] = 1.0
         if layout.state_dim:
-            if self.use_state:
+            if layout.state_from_env:
                 state = gym.spaces.flatten(env.state_space, env.state()).astype(np.float32)
             else:
                 state = np.concatenate([np.zeros(d, np.float32) if f is None else f
