@@ -4,7 +4,7 @@ Two studies (`--study`):
 
 * `threshold` (default): how many env steps and seconds each side takes to reach a mean return
   of the last 20 finished episodes (CartPole-v1: 475, Pendulum-v1: -200), with `--algo` ppo,
-  a2c or dqn. Sides:
+  a2c, dqn or sac. Sides:
   - `sb3`: SB3's algorithm with RL-Zoo's hyper-parameters for the task (RL_ZOO below),
     `torch.set_num_threads(1)` (its fastest setting on 2 cores), `device="cpu"`;
   - `rlpar-preset`: what `python main.py algo=<algo> env.id=<env> total_steps=<budget>` trains
@@ -87,6 +87,7 @@ RL_ZOO = {
                                               ent_coef=0.00429, clip_range=0.1, n_epochs=10, gae_lambda=0.9,
                                               max_grad_norm=5, vf_coef=0.19, use_sde=True,
                                               policy_kwargs={"log_std_init": -3.29, "ortho_init": False}),
+    ("sac", "Pendulum-v1"): dict(n_envs=1, learning_rate=1e-3),  # SB3's defaults otherwise: [256, 256], learning_starts 100
 }
 # rlpar's A2C with RL-Zoo's CartPole-v1 settings (every key that the preset would otherwise set).
 RLPAR_ZOO_A2C = ["algo.rollout_length=5", "algo.lr=7e-4", "algo.anneal_lr=false", "algo.gamma=0.99",
@@ -289,7 +290,7 @@ def driver(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", choices=tuple(SIDES), default="threshold")
-    parser.add_argument("--algo", choices=("ppo", "a2c", "dqn"), default="ppo", help="threshold study (defaults: ppo)")
+    parser.add_argument("--algo", choices=("ppo", "a2c", "dqn", "sac"), default="ppo", help="threshold study (defaults: ppo)")
     parser.add_argument("--envs", nargs="+", help="default: CartPole-v1 (threshold), five untuned tasks (defaults)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--sides", nargs="+", help="some of the study's sides (e.g. all SB3 runs first)")

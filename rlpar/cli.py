@@ -3,7 +3,7 @@
     rlpar train [group=option ...] [key=value ...]   # exactly `python main.py ...` (Hydra)
     rlpar config [group=option ...] [key=value ...]  # the config that would run: `python main.py ... --cfg job`
     rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S]
-    rlpar report DIR [--out DIR] [--threshold ENV=VALUE]
+    rlpar report DIR [--out DIR] [--threshold ENV=VALUE] [--benchmark]
 
 Only the standard library and rlpar.interrupts are imported before a command starts: a
 signal during the slow imports that follow (torch, Ray, Hydra) exits 130 at once, as main.py's did.

@@ -9,6 +9,10 @@ exits non-zero. Return thresholds come from `--threshold ENV=VALUE`, else the ru
 A search directory (rlpar.search: search.csv, or a config.yaml with `search` set) is reported trial
 by trial instead, since its trials differ by hyper-parameters, not by seed: the trials best first,
 the best one and the command that reruns it, how many ended how, and their curves.
+
+A benchmark sweep (`experiment=benchmark`, or `--benchmark`) is reported as RL Baselines3 Zoo's
+table: a row per (algorithm, environment, parallel mode), rlpar's final deterministic evaluation
+over seeds beside RL-Zoo's figure and budget, and a learning curve per row (docs/benchmark_table.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from rlpar.analysis import rl_zoo
+from rlpar.analysis.benchmark import COLUMNS as BENCHMARK_COLUMNS
+from rlpar.analysis.benchmark import benchmark_rows, group_rows, is_benchmark, not_included
 from rlpar.analysis.runs import is_search_dir, load_runs, no_finished_runs, return_threshold
 from rlpar.analysis.search import Search, load_search, no_trials
 from rlpar.analysis.summary import scaling_rows, summary_rows
@@ -76,8 +83,10 @@ def _warn_unknown_thresholds(thresholds: dict[str, float] | None, trained: list[
               file=sys.stderr)
 
 
-def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[str, float] | None = None) -> Path:
-    """report.md, results.csv and the plots; `thresholds` overrides return thresholds per env."""
+def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[str, float] | None = None,
+                 benchmark: bool | None = None) -> Path:
+    """report.md, results.csv and the plots; `thresholds` overrides return thresholds per env.
+    `benchmark`: the benchmark table (None: when the runs come from experiment=benchmark)."""
     sweep_dir = Path(sweep_dir)
     out_dir = out_dir or sweep_dir
     if is_search_dir(sweep_dir):
@@ -86,6 +95,11 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
     nothing = no_finished_runs(sweep_dir, runs)
     if nothing:
         raise SystemExit(f"rlpar.report: {nothing}")
+    if benchmark or (benchmark is None and is_benchmark(runs)):
+        if thresholds:
+            print("rlpar.report: --threshold is not used by a benchmark report (its bar is RL-Zoo's figure minus "
+                  "one RL-Zoo std)", file=sys.stderr)
+        return write_benchmark_report(sweep_dir, out_dir, runs)
     finished = [r for r in runs if r.status == "finished"]
     rows = scaling_rows(summary_rows(runs, thresholds))
     _warn_unknown_thresholds(thresholds, sorted({r["env"] for r in rows}))
@@ -136,6 +150,96 @@ def policies_section(runs, sweep_dir: Path) -> list[str]:
         return []
     return ["## Policies (multi-agent runs)", "", "| run | policy | agent return | team return | env steps |",
             "|---|---|---|---|---|", *lines, ""]
+
+
+# -- a benchmark: RL-Zoo's table ---------------------------------------------------------------
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _mode(row: dict) -> str:
+    return row["mode"] if row["mode"] == "local" and row["workers"] == 1 else f"{row['mode']}, {row['workers']} workers"
+
+
+def _zoo_row(row: dict) -> str:
+    if row["rl_zoo_algo"] is None:
+        return "- (RL-Zoo has none)"
+    nearest = f" ({row['rl_zoo_algo'].upper()}'s row)" if row["rl_zoo_algo"] != row["algo"] else ""
+    return f"{row['rl_zoo_algo']} {row['rl_zoo_env']}{nearest}"
+
+
+def benchmark_table(rows: list[dict]) -> str:
+    lines = [
+        "| algorithm | environment | mode | seeds | rlpar: final evaluation (mean +- std over seeds) | RL-Zoo row | "
+        "RL-Zoo (mean +- std) | RL-Zoo budget | ratio | reached RL-Zoo - 1 std | env steps | training wall time | curve |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        zoo = "-" if r["rl_zoo_mean"] is None else f"{r['rl_zoo_mean']:.1f} +- {r['rl_zoo_std']:.1f}"
+        lines.append(
+            f"| {r['algo']} | {r['env']} | {_mode(r)} | {r['seeds']} | "
+            f"{r['eval_return_mean']:.1f} +- {r['eval_return_std']:.1f} | {_zoo_row(r)} | {zoo} | "
+            f"{_fmt(r['rl_zoo_budget'])} | {_fmt(r['ratio'], '.2f')} | {r['reached_rl_zoo_minus_std'] or '-'} | "
+            f"{_fmt(r['env_steps_mean'])} | {_duration(r['wall_time_s_mean'])} | [png]({r['curve']}) |"
+        )
+    return "\n".join(lines)
+
+
+def write_benchmark_report(sweep_dir: Path, out_dir: Path, runs) -> Path:
+    """report.md (the table), results.csv (its rows, each seed's figure too) and curves/<row>.png."""
+    from rlpar.analysis.plots import plot_benchmark_curves
+
+    rows = benchmark_rows(runs)
+    left_out = not_included(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=BENCHMARK_COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: row.get(k) for k in BENCHMARK_COLUMNS} for row in rows)
+    plots = plot_benchmark_curves(group_rows(runs), out_dir)
+    judged = [r for r in rows if r["reached_rl_zoo_minus_std"] is not None]
+    nearest = sorted({(r["algo"], r["rl_zoo_algo"]) for r in rows if r["rl_zoo_algo"] not in (None, r["algo"])})
+    lines = [
+        f"# Benchmark report: {sweep_dir}",
+        "",
+        f"Made {time.strftime('%Y-%m-%d %H:%M')} from {len(runs)} runs ({len(runs) - len(left_out)} finished with a "
+        f"final evaluation), {len(rows)} rows. Rows reaching RL-Zoo's figure minus one RL-Zoo std: "
+        f"{sum(r['reached_rl_zoo_minus_std'] == 'yes' for r in judged)} of {len(judged)}.",
+        "",
+        benchmark_table(rows),
+        "",
+        "- **rlpar**: each seed's final evaluation (the deterministic policy, `eval_episodes` episodes on fresh "
+        "environments, `evaluations.jsonl`), averaged over seeds; +- is the std over seeds.",
+        f"- **RL-Zoo**: {rl_zoo.SOURCE}: one trained agent per row, its deterministic policy's mean and std over "
+        "its evaluation episodes (the std is one agent's spread over episodes, not over seeds). Its rows were "
+        "measured on LunarLander-v2, LunarLanderContinuous-v2 and MuJoCo's v3 tasks (mujoco-py), which rlpar "
+        "trains as Gymnasium 1.4's -v3 and v5.",
+        "- **ratio**: rlpar / RL-Zoo where RL-Zoo's figure is positive, RL-Zoo / rlpar where it is negative: above 1 "
+        "is better than RL-Zoo, below 1 worse, either way (below 0: rlpar's is negative, RL-Zoo's positive); - for "
+        "a negative RL-Zoo figure against a return of 0 or more.",
+        "- **reached RL-Zoo - 1 std**: rlpar's mean over seeds >= RL-Zoo's mean minus RL-Zoo's std.",
+        "- **env steps** and **training wall time**: means over seeds, as `metrics.jsonl` ends (the evaluation "
+        "and start-up are not counted).",
+    ]
+    if nearest:
+        lines.append("- **RL-Zoo row of another algorithm**: " + "; ".join(
+            f"{algo} against {zoo_algo}'s" for algo, zoo_algo in nearest)
+            + " (RL-Zoo has no row of its own for them).")
+    lines.append("")
+    if left_out:
+        lines += ["## Runs not included", "", "| run | status | last iteration |", "|---|---|---|"]
+        lines += [f"| {r.path.relative_to(sweep_dir) if r.path != sweep_dir else r.path.name} | {why} | "
+                  f"{r.final.get('iteration', '-')} |" for r, why in left_out]
+        lines.append("")
+    if plots:
+        lines += ["## Learning curves", ""] + [f"![{p.stem}](curves/{p.name})" for p in plots] + [""]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines))
+    return report
 
 
 # -- a search: trial by trial ------------------------------------------------------------------
@@ -259,8 +363,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m rlpar.report") ->
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep directory)")
     parser.add_argument("--threshold", action="append", default=[], metavar="ENV=VALUE",
                         help="return threshold for ENV (an id or entry point as the report names it); repeatable")
+    parser.add_argument("--benchmark", action=argparse.BooleanOptionalAction, default=None,
+                        help="the benchmark table against RL Baselines3 Zoo's figures (default: for runs of "
+                             "experiment=benchmark)")
     args = parser.parse_args(argv)
-    report = write_report(args.sweep_dir, args.out, parse_thresholds(args.threshold, parser))
+    report = write_report(args.sweep_dir, args.out, parse_thresholds(args.threshold, parser), benchmark=args.benchmark)
     print(f"wrote {report}")
 
 

@@ -2,205 +2,40 @@
 replay split over shards; one learner samples it and sends back new priorities.
 
 One iteration: take the rollouts that have arrived (actors never wait for each other:
-`non_blocking`) -> with parallel=distributed the actors have already written their n-step
-transitions, with priorities from their own Q copy, straight into the replay shards (Ray actors
-named `ReplayShard`, spread over the nodes); otherwise the transitions come back with the batch
-and go into shards in this process -> DQN's gradient steps (double-Q, n-step, Huber, importance
-weights), each minibatch from the next shard in turn, the following one already requested
-(prefetch), for as long as the shards' rate limiters allow -> new priorities back to the shards
--> weights, the per-environment ε and the shard handles published to the actors.
-
-Rate limiting: every shard holds sampled items per inserted transition at
-`replay.samples_per_insert` (replay_ratio x batch_size unless set), like Reverb's
-SampleToInsertRatio. The learner samples until every shard refuses, then waits for rollouts
-(`replay_sample_wait_s`); an actor whose write a shard refuses tries again until it is taken,
-which holds the actor back (`replay_insert_wait_s`, summed over the actors). Neither can wait
-for the other forever (rlpar.replay.rate_limiter).
+`non_blocking`) -> the actors' n-step transitions, prioritised by the |n-step TD error| under
+their own Q copy, are in the replay shards (rlpar.algos.sharded_replay: the shards, their rate
+limiters and restarts) -> DQN's gradient steps (double-Q, n-step, Huber, importance weights) for
+as long as the shards' rate limiters allow -> new priorities back to the shards -> weights, the
+per-environment ε and the shard handles published to the actors.
 
 Exploration: environment i of N explores with ε_i = ε^(1 + α i / (N - 1)) (ε = 0.4, α = 7:
-Ape-X's per-actor rates, with one environment per actor exactly the paper's). The run's episode
-statistics count the greedier half of the environments (ε_i at or below the median), whose
-returns say what the policy has learned; `episode_return_mean_all` counts every environment.
-
-A shard that dies is started again, empty, counted in `replay_shard_restarts`; training goes on
-with the others, and the actors get the new handle with the next weights.
+Ape-X's per-actor rates, with one environment per actor exactly the paper's).
 """
 
 from __future__ import annotations
 
-import functools
-import time
-
-import numpy as np
-
 from rlpar.algos.dqn import DQN
+from rlpar.algos.sharded_replay import ShardedReplay
 from rlpar.learning.exploration import SpreadEpsilons
-from rlpar.sampling.prioritizing_worker import MAX_WRITES_IN_FLIGHT, PrioritizingWorker
-from rlpar.replay.nstep import most_transitions_per_rollout
-from rlpar.replay.rate_limiter import least_tolerance
-from rlpar.replay.shard import ReplayShard
 
 
-class ApeX(DQN):
-    sync_mode = "non_blocking"
-    max_policy_lag = None
-    worker_class = PrioritizingWorker
-    central_inference = False
-    worker_duties = "prioritise their own replay with their own ε"
-    replay_in_checkpoints = False  # the shards are refilled by a resumed run
-    recurrent_policies = False  # its actors write transitions, not R2D2's sequences (DQN's replay has them)
+class ApeX(ShardedReplay, DQN):
     # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
     # write raw rewards (clipped when reward_clip is set), unscaled; no sequences (feed-forward only).
     KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale", "burn_in",
                               "sequence_length")
 
-    @classmethod
-    def worker_options(cls, algo_config: dict) -> dict:
-        return {"n_step": algo_config["n_step"], "gamma": algo_config["gamma"],
-                "reward_clip": algo_config.get("reward_clip")}
-
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
         sampler = dqn_kwargs["sampler"]  # None on a learner group's other ranks, which neither act nor replay
-        self.epsilons = SpreadEpsilons(num_envs=sampler.num_envs if sampler is not None else 1,
-                                       epsilon=exploration_epsilon, alpha=exploration_alpha)
+        self.exploration = SpreadEpsilons(num_envs=sampler.num_envs if sampler is not None else 1,
+                                          epsilon=exploration_epsilon, alpha=exploration_alpha)
         super().__init__(**dqn_kwargs)
 
     def epsilon(self) -> float:
-        """The median actor's (the per-actor rates are in the weights)."""
-        return self.epsilons.median
-
-    # -- the sharded replay -----------------------------------------------------------------
-    def build_replay(self) -> None:
-        """Shards where the sampler puts them (rlpar.sampling.services): Ray actors spread over
-        the nodes, or tables in this process."""
-        self.num_shards = self.replay_settings.num_shards
-        self.rate_limiter = self.rate_limiter_settings()
-        self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
-        self.shards = [self.sampler.start_service(ReplayShard, name=f"replay shard {index}", node_index=index,
-                                                  settings=self.shard_settings(index),
-                                                  on_lost=functools.partial(self.shard_lost, index))
-                       for index in range(self.num_shards)]
-        self.turn = 0
-        self.last_beta = self.replay_settings.beta_start  # the importance exponent of the latest minibatch
-        self.sample_wait_s = 0.0
-        self.insert_wait_s = 0.0  # actors' time waiting for their writes to be taken, as they report it
-
-    def rate_limiter_settings(self) -> dict:
-        """Every shard's RateLimiter: `replay.samples_per_insert` (default replay_ratio x
-        batch_size: the DQN learner's ratio) within `replay.rate_tolerance` sampled items, from
-        learning_starts / num_shards items (at least a minibatch) on. The default tolerance is
-        the least that cannot deadlock plus room for the writes all actors may have unanswered
-        at once: with only the least, actors wait for the learner more often (docs/benchmarks.md,
-        "Figures behind design choices")."""
-        replay = self.replay_settings
-        samples_per_insert = replay.samples_per_insert or self.replay_ratio * self.batch_size
-        insert_batch = most_transitions_per_rollout(num_envs=self.sampler.worker_envs,
-                                                    rollout_length=self.sampler.rollout_length, n=self.n_step)
-        least = least_tolerance(samples_per_insert=samples_per_insert, insert_batch=insert_batch,
-                                sample_batch=self.batch_size)
-        writes_per_shard = -(-self.sampler.num_rollout_workers * (MAX_WRITES_IN_FLIGHT + 1) // self.num_shards)  # unanswered at once
-        tolerance = replay.rate_tolerance or least + samples_per_insert * insert_batch * writes_per_shard
-        return dict(min_size=max(-(-self.learning_starts // self.num_shards), self.batch_size),
-                    samples_per_insert=samples_per_insert, tolerance=tolerance, insert_batch=insert_batch,
-                    sample_batch=self.batch_size)
-
-    def shard_settings(self, index: int) -> dict:
-        replay = self.replay_settings
-        return dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
-                    obs_dtype=self.policy_spec.obs_dtype, alpha=replay.alpha, beta_start=replay.beta_start,
-                    beta_end=replay.beta_end, beta_steps=max(self.beta_steps // self.num_shards, 1),
-                    seed=self.seed + 1000 * index, rate_limiter=self.rate_limiter)
-
-    def shard_lost(self, index: int, kept: None) -> None:
-        """A shard that died starts again empty; actors receive its new address with the next
-        weights."""
-        self.prefetched.pop(index, None)
-        self.version += 1
-        return None
+        """The median actor's."""
+        return self.exploration.median
 
     def get_weights(self) -> dict:
-        """With the shards' addresses: actors that can wait for a shard write to it themselves."""
-        return {**super().get_weights(), "epsilon": self.epsilons.values,
-                "replay_shards": [shard.address for shard in self.shards]}
-
-    def insert(self, batch) -> int:
-        """Transitions that came back with the batch go into the in-process shards, in turn (one
-        whose limiter refuses them gets sampled first: learning until every limiter refuses
-        leaves room for an insert in each); those the actors wrote are only counted."""
-        count = sum(batch.extras.get("written", []))
-        self.insert_wait_s += sum(batch.extras.get("insert_wait_s", []))
-        for transitions, priorities in zip(batch.extras.get("transitions", []), batch.extras.get("priorities", [])):
-            shard = self.shards[self.turn % self.num_shards]
-            self.turn += 1
-            added = shard.call("add", transitions, priorities)
-            if added is None:
-                self.learn_from_replay(None)
-                added = shard.call("add", transitions, priorities)
-            count += added
-        self.inserted += count
-        return count
-
-    def gradient_steps_owed(self, env_steps: int) -> None:
-        """As many as the shards' rate limiters allow (None): they hold samples per insert."""
-        return None
-
-    def sample(self, *, min_rollouts: int = 1):
-        """Learning stops only when no shard's limiter allows another minibatch, so the time spent
-        collecting rollouts is the learner's wait for inserts (`replay_sample_wait_s`)."""
-        began = time.perf_counter()
-        batch, metrics = super().sample(min_rollouts=min_rollouts)
-        self.sample_wait_s += time.perf_counter() - began
-        return batch, metrics
-
-    def next_minibatch(self):
-        """From the next shard whose limiter allows one; a shard that served a minibatch is asked
-        for its following one at once (prefetch: an actor's answers while the learner learns)."""
-        for _ in range(self.num_shards):
-            index = self.turn % self.num_shards
-            self.turn += 1
-            drawn = self.fetch(index)
-            if drawn is not None:
-                items, weights, transitions, self.last_beta = drawn
-                return (index, items), weights, transitions
-        return None
-
-    def fetch(self, index: int):
-        shard = self.shards[index]
-        drawn = shard.answer(self.prefetched.pop(index, None) or shard.request("sample", self.batch_size))
-        if drawn is not None:  # a refusal is not prefetched: it would be stale by the next iteration
-            self.prefetched[index] = shard.request("sample", self.batch_size)
-        return drawn
-
-    def report_priorities(self, where, td_errors) -> None:
-        index, items = where
-        self.shards[index].tell("update_priorities", items, td_errors)  # not waited for
-
-    def replay_metrics(self) -> dict:
-        """Sizes, and the time actors waited for their writes to be taken and the learner waited
-        for inserts (both cumulative, seconds)."""
-        requests = [shard.request("stats") for shard in self.shards]  # asked all at once, answered in turn
-        stats = [s for s in (shard.answer(r) for shard, r in zip(self.shards, requests)) if s is not None]
-        return {"replay_size": sum(s["size"] for s in stats),
-                "replay_insert_wait_s": self.insert_wait_s,
-                "replay_sample_wait_s": self.sample_wait_s,
-                "samples_per_insert_target": self.rate_limiter["samples_per_insert"]}
-
-    def beta(self) -> float:
-        return self.last_beta
-
-    def training_step(self):
-        result = super().training_step()
-        result.metrics.update(replay_shards=self.num_shards,
-                              replay_shard_restarts=sum(shard.restarts for shard in self.shards),
-                              episode_return_mean_all=self.all_returns_mean)
-        return result
-
-    def reported_episodes(self, batch) -> tuple[list, list]:
-        """The greedier half of the environments' episodes (see the module's docstring)."""
-        self.all_returns_mean = float(np.mean(batch.episode_returns)) if batch.episode_returns else None
-        return self.epsilons.greedier_episodes(batch)
-
-    def replay_state(self) -> None:
-        """The shards' contents are not checkpointed: a resumed run refills them."""
-        return None
+        """The per-environment rates, with the shards' addresses."""
+        return {**super().get_weights(), "epsilon": self.exploration.values}

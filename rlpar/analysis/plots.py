@@ -151,6 +151,43 @@ def plot_learning_curves(runs, out_dir: Path, thresholds: dict[str, float] | Non
     return written
 
 
+def plot_benchmark_curves(groups: dict, out_dir: Path) -> list[Path]:
+    """A benchmark row's learning curve, one PNG each (`curves/<name>`, rlpar.analysis.benchmark.curve_name):
+    the training return (last 20 episodes) against env steps, mean and +-1 std band over seeds; each
+    seed's final deterministic evaluation as a dot; RL-Zoo's figure dashed, minus one std dotted,
+    and its budget as a vertical line. `groups`: rlpar.analysis.benchmark.group_rows."""
+    import rlpar.analysis.rl_zoo as rl_zoo
+    from rlpar.analysis.benchmark import curve_name
+
+    written = []
+    folder = Path(out_dir) / "curves"
+    for key, members in groups.items():
+        algo, env, mode, workers = key
+        zoo = rl_zoo.reference(algo, env)
+        fig, axes, _ = panel_grid([f"{algo} on {env}" + ("" if mode == "local" and workers == 1
+                                                         else f" ({mode}, {plural(workers, 'worker')})")])
+        ax = axes[0]
+        curve = learning_curve([run for run, _ in members], x="env_steps")
+        if curve is not None:
+            grid, mean, std = curve
+            ax.plot(grid, mean, color="C0", label=f"rlpar, training return ({plural(len(members), 'seed')})")
+            ax.fill_between(grid, mean - std, mean + std, color="C0", alpha=0.2)
+        ax.scatter([run.final["env_steps"] for run, _ in members], [e["eval_return_mean"] for _, e in members],
+                   color="C3", zorder=3, s=18, label="rlpar, final deterministic evaluation")
+        if zoo is not None:
+            name = f"RL-Zoo {zoo.algo} {zoo.env}"
+            ax.axhline(zoo.mean, color="black", linewidth=1, linestyle="--", label=f"{name}: {zoo.mean:g}")
+            ax.axhline(zoo.bar, color="black", linewidth=1, linestyle=":", label=f"{name} - 1 std: {zoo.bar:g}")
+            ax.axvline(zoo.n_timesteps, color="grey", linewidth=0.8, label=f"RL-Zoo budget: {compact_number(zoo.n_timesteps)}")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("return")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=5))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(compact_number))
+        folder.mkdir(parents=True, exist_ok=True)
+        written.append(_finish(fig, axes, folder / curve_name(key)))
+    return written
+
+
 def plot_trials(search, out_dir: Path, metric: str | None = None, threshold: float | None = None) -> Path | None:
     """A search's `metric` against env steps and wall time, a line per trial, the best one bold.
 

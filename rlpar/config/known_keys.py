@@ -47,15 +47,16 @@ def _class_source(target: str) -> tuple[ast.Module, ast.ClassDef, str]:
     return tree, cls, module_name
 
 
-def _base_target(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> str | None:
-    """The first base class of `cls` as "package.module.Class", or None for object and ABC."""
-    base = cls.bases[0].id if cls.bases and isinstance(cls.bases[0], ast.Name) else None
-    if base is None or base in ("object", "ABC", "Protocol"):
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and any(a.name == base and a.asname is None for a in node.names):
-            return f"{node.module}.{base}"
-    return f"{module_name}.{base}"
+def _base_targets(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> list[str]:
+    """The base classes of `cls` as "package.module.Class", in order, without object and ABC."""
+    targets = []
+    for base in (b.id for b in cls.bases if isinstance(b, ast.Name)):
+        if base in ("object", "ABC", "Protocol"):
+            continue
+        imported = (f"{node.module}.{base}" for node in tree.body if isinstance(node, ast.ImportFrom)
+                    and any(a.name == base and a.asname is None for a in node.names))
+        targets.append(next(imported, f"{module_name}.{base}"))
+    return targets
 
 
 @cache
@@ -67,18 +68,21 @@ def keyword_parameters(target: str) -> frozenset[str]:
         return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
     names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
     if init is None or init.args.kwarg is not None:
-        base = _forwarded_to(cls) or _base_target(tree, cls, module_name)
-        names |= (set(keyword_parameters(base)) if base else set()) - _not_forwarded(cls)
+        forwarded = _forwarded_to(cls)
+        for base in [forwarded] if forwarded else _base_targets(tree, cls, module_name):
+            names |= set(keyword_parameters(base)) - _not_forwarded(cls)
     return frozenset(names)
 
 
 @cache
 def class_attributes(target: str) -> dict:
     """What class `target` declares as literal class attributes (`model_kind = "q_network"`), its
-    bases' first: a component's capabilities, read without importing its module (torch)."""
+    bases' first (an earlier base's over a later one's, as Python's lookup): a component's
+    capabilities, read without importing its module (torch)."""
     tree, cls, module_name = _class_source(target)
-    base = _base_target(tree, cls, module_name)
-    attributes = dict(class_attributes(base)) if base else {}
+    attributes = {}
+    for base in reversed(_base_targets(tree, cls, module_name)):
+        attributes.update(class_attributes(base))
     for node in cls.body:
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
@@ -96,8 +100,7 @@ def defines_method(target: str, name: str) -> bool:
     tree, cls, module_name = _class_source(target)
     if any(isinstance(n, ast.FunctionDef) and n.name == name for n in cls.body):
         return True
-    base = _base_target(tree, cls, module_name)
-    return defines_method(base, name) if base else False
+    return any(defines_method(base, name) for base in _base_targets(tree, cls, module_name))
 
 
 def _forwarded_to(cls: ast.ClassDef) -> str | None:

@@ -24,7 +24,8 @@ def override_problems(overrides: list[str]) -> list[str]:
         except Exception as err:  # Hydra's parse errors, one per kind of syntax mistake
             problems.append(f"{text.partition('=')[0]}: '{text}' is not a valid override ({_parse_reason(err)})")
             continue
-        problem = _group_choice_problem(override, text, conf_dirs) or _hydra_dir_problem(override)
+        problem = (_group_choice_problem(override, text, conf_dirs) or _hydra_dir_problem(override)
+                   or _nested_group_problem(override, text, overrides, conf_dirs))
         if problem:
             problems.append(problem)
         parsed.append(override)
@@ -89,6 +90,45 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
         if not isinstance(value, dict):
             return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
     return None
+
+
+def _nested_group_problem(override, text: str, overrides: list[str], conf_dirs: list[Path] | None) -> str | None:
+    """A choice of a group that only another group's option brings in (`benchmark=classic`, which
+    `experiment=benchmark` brings), given without that option: Hydra would answer that it finds no
+    `benchmark` to override and suggest `+benchmark=...`, which runs without the experiment."""
+    group = override.key_or_group
+    if conf_dirs is None or override.is_add() or override.is_force_add() or override.is_delete() or "/" in group \
+            or not any((d / group).is_dir() for d in conf_dirs) or group in _primary_groups(conf_dirs[0]):
+        return None
+    parents = [f"{parent}={option}" for d in conf_dirs for parent, option in _options_bringing(d, group)]
+    if not parents or any(choice in overrides for choice in parents):
+        return None
+    return f"{group}: chosen with {' or '.join(parents)} (e.g. python main.py -m {parents[0]} {text})"
+
+
+def _primary_groups(conf_dir: Path) -> set[str]:
+    """The groups config.yaml's defaults list chooses (`- env: cartpole`, `- optional experiment: null`)."""
+    import yaml
+
+    path = conf_dir / "config.yaml"
+    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
+    return {str(key).split()[-1].lstrip("/").split("@")[0] for entry in defaults if isinstance(entry, dict) for key in entry}
+
+
+def _options_bringing(conf_dir: Path, group: str) -> list[tuple[str, str]]:
+    """(group, option) of the configs under `conf_dir` whose defaults list chooses `/group`."""
+    import yaml
+
+    found = []
+    for path in sorted(conf_dir.glob("*/*.yaml")):
+        try:
+            defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", [])
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        if any(isinstance(entry, dict) and any(str(key).split()[-1] == f"/{group}" for key in entry)
+               for entry in defaults or []):
+            found.append((path.parent.name, path.stem))
+    return found
 
 
 SHARED = "shared"  # a group's folder of configs its options share through `defaults:` (conf/algo/shared/)

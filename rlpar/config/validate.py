@@ -227,6 +227,16 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     number("exploration_epsilon", low=0, high=1, low_open=True)
     number("exploration_alpha", low=0)
     number("tau", low=0, high=1, low_open=True)
+    number("policy_delay", integer=True, low=1)
+    for name in ("exploration_noise", "target_noise", "target_noise_clip"):
+        number(name, low=0)
+    for name, limits in (("alpha", {"low": 0, "low_open": True}), ("target_entropy", {})):  # SAC: auto or a number
+        if c.get(f"algo.{name}") != "auto":
+            number(name, **limits)
+    number("initial_alpha", low=0, low_open=True)
+    low, high = number("noise_scale_low", low=0, low_open=True), number("noise_scale_high", low=0, low_open=True)
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+        c.problems.append(f"algo.noise_scale_low: {low} is above algo.noise_scale_high ({high})")
     for name in ("epsilon_start", "epsilon_end"):
         number(name, low=0, high=1)
     if takes is not None and "replay" in takes:

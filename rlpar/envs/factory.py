@@ -102,6 +102,33 @@ def import_object(path: str, search_dir: str | None = None):
         raise ImportError(f"module '{module_name}' has no attribute '{attr}'") from err
 
 
+# Gymnasium environments whose simulator is an optional package: (the entry point's module prefix,
+# the simulator, the module to import, requirements.txt's pin). Gymnasium's own hint (`pip install
+# "gymnasium[mujoco]"`, "swig" for Box2D) installs other versions than the ones rlpar is tested with.
+SIMULATOR_PACKAGES = (
+    ("gymnasium.envs.mujoco.", "MuJoCo", "mujoco", "mujoco==4.0.0"),
+    ("gymnasium.envs.box2d.", "Box2D", "Box2D", "box2d==2.3.10"),
+)
+
+
+def missing_simulator(env_id: str, entry_point) -> str | None:
+    """One line naming the package to install when `env_id`'s simulator (MuJoCo, Box2D) cannot be
+    imported, else None. Checked before an environment is built: Gymnasium would raise
+    DependencyNotInstalled from deep inside `gym.make`, in every worker."""
+    if not isinstance(entry_point, str):
+        return None
+    for prefix, simulator, module, pin in SIMULATOR_PACKAGES:
+        if entry_point.startswith(prefix):
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                from rlpar.errors import first_line
+
+                return (f"env.id: '{env_id}' needs {simulator}, which is not installed "
+                        f"(pip install {pin}; {type(err).__name__}: {first_line(err)})")
+    return None
+
+
 def check_env_exists(spec: EnvSpec) -> str | None:
     """Return a one-line problem description, or None when the environment can be built."""
     if spec.kind == "pettingzoo":
@@ -118,11 +145,13 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     if problem:
         return problem
     try:
-        gym.spec(spec.id)
+        registered = gym.spec(spec.id)
     except gym.error.Error as err:
         from rlpar.errors import first_line
 
         return f"env.id: '{spec.id}' is not a registered Gymnasium environment ({first_line(err)})"
+    if problem := missing_simulator(spec.id, registered.entry_point):
+        return problem
     if is_ale_id(spec.id) and spec.vectorization == "native":
         return ("env.vectorization: native is not offered for ale-py ids (ale-py's AtariVectorEnv preprocesses "
                 "on its own terms, unlike env.atari); use auto or sync")

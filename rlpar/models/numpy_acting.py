@@ -20,6 +20,7 @@ ACTIVATIONS = {
     "elu": lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),
 }
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
+LOG_STD_BOUNDS = (-20.0, 2.0)  # an actor_q model's Gaussian log-standard deviations are clamped here (as SB3's SAC)
 VALUE_NORM_EPSILON = 1e-5  # added to the returns' variance (value_norm), here and in the torch actor-critic
 
 
@@ -147,3 +148,11 @@ class EpsilonGreedyChoice(NumpyActing):
                                         q.shape[1] - 1)
             actions = np.where(explore, random_actions, actions)
         return actions, np.zeros(len(q), np.float32), q.max(axis=1).astype(np.float32)
+
+    def replay_priorities(self, transitions: dict) -> np.ndarray:
+        """|n-step TD error| of replayed transitions under this copy (Ape-X's actors prioritise
+        their own experience)."""
+        q = self.outputs(transitions["obs"])[0]
+        taken = q[np.arange(len(q)), transitions["actions"]]
+        bootstrap = self.outputs(transitions["next_obs"])[0].max(axis=1)
+        return np.abs(transitions["rewards"] + transitions["discounts"] * bootstrap - taken)

@@ -13,7 +13,8 @@ ACTING = ("auto", "numpy", "torch")
 RECURRENT = ("lstm", "gru")  # model.recurrent; null: feed-forward
 NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions need 36 pixels
 TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
-MODEL_KINDS = {"actor_critic": "a policy and its value", "q_network": "Q-values"}  # kind -> what an algorithm learns with it
+MODEL_KINDS = {"actor_critic": "a policy and its value", "q_network": "Q-values",
+               "actor_q": "an actor and its Q critics"}  # kind -> what an algorithm learns with it
 
 
 def positive_integers(values) -> bool:

@@ -21,19 +21,21 @@ from rlpar.replay.samplers import PrioritizedSampler
 from rlpar.replay.storage import RingStorage
 
 
-def transition_fields(obs_dim: int, obs_dtype: str = "float32") -> dict:
-    """What a replayed n-step transition holds (see NStepWriter); images stay uint8."""
+def transition_fields(obs_dim: int, obs_dtype: str = "float32", action_size: int = 0) -> dict:
+    """What a replayed n-step transition holds (see NStepWriter); images stay uint8. Actions are
+    one index (`action_size` 0: a Q-network's) or a point of [-1, 1]^action_size (Box actions)."""
     obs = ((obs_dim,), np.dtype(obs_dtype))
-    return {"obs": obs, "actions": ((), np.int64), "rewards": ((), np.float32), "next_obs": obs,
+    actions = ((action_size,), np.float32) if action_size else ((), np.int64)
+    return {"obs": obs, "actions": actions, "rewards": ((), np.float32), "next_obs": obs,
             "discounts": ((), np.float32)}
 
 
 class ReplayTable:
-    def __init__(self, *, capacity: int, obs_dim: int, obs_dtype: str = "float32", alpha: float, beta_start: float, beta_end: float,
-                 beta_steps: int, seed: int, rate_limiter: dict):
+    def __init__(self, *, capacity: int, obs_dim: int, obs_dtype: str = "float32", action_size: int = 0, alpha: float,
+                 beta_start: float, beta_end: float, beta_steps: int, seed: int, rate_limiter: dict):
         """`rate_limiter`: RateLimiter's keyword arguments (its batches are the largest insert
-        and the minibatch this table serves)."""
-        self.storage = RingStorage(capacity=capacity, fields=transition_fields(obs_dim, obs_dtype))
+        and the minibatch this table serves); `action_size`: as transition_fields."""
+        self.storage = RingStorage(capacity=capacity, fields=transition_fields(obs_dim, obs_dtype, action_size))
         self.sampler = PrioritizedSampler(capacity=capacity, alpha=alpha, beta_start=beta_start, beta_end=beta_end,
                                           beta_steps=beta_steps, seed=seed)
         self.limiter = RateLimiter(**rate_limiter)

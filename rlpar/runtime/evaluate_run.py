@@ -7,7 +7,8 @@ unpickled, so any run directory can be evaluated). Nothing is trained and no wor
 Writes:
 - `videos/<checkpoint>-seed<S>-episode-<i>.mp4`: the first episodes, through Gymnasium's
   RecordVideo (render_mode=rgb_array);
-- one row per evaluation in `evaluations.jsonl` (returns, lengths, checkpoint, seed, videos);
+- one row per evaluation in `evaluations.jsonl` (returns, lengths, checkpoint, seed, videos;
+  `source: evaluate`, where a run's own final evaluation, `eval_episodes`, writes `source: training`);
 - the eval scalars and the first video (a GIF) to TensorBoard, at the checkpoint's env step;
 - with `logger=wandb`, the same to a W&B run of job type `evaluate` (offline by default).
 """
@@ -98,8 +99,8 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     if record and not videos:
         raise EvaluateError(f"no video was written to {video_dir} (the environment rendered no frames)", 1)
 
-    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "checkpoint": checkpoint.name, "iteration": iteration,
-           "env_steps": env_steps, "seed": seed, **metrics, "returns": returns, "lengths": lengths,
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "evaluate", "checkpoint": checkpoint.name,
+           "iteration": iteration, "env_steps": env_steps, "seed": seed, **metrics, "returns": returns, "lengths": lengths,
            "videos": [str(v.relative_to(run_dir)) for v in videos]}
     with open(run_dir / EVALUATIONS_FILE, "a") as handle:
         handle.write(json.dumps(row) + "\n")

@@ -98,7 +98,7 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
                       f"(continue with resume={run_dir})", flush=True)
             raise
         if cfg.get("eval_episodes", 0):
-            final = {**final, **trainer.evaluate(cfg.eval_episodes)}
+            final = {**final, **final_evaluation(trainer, run_dir, int(cfg.eval_episodes))}
         if trainer.logger is not None:
             trainer.logger.log_hparams(_flat_hparams(resolved_config(cfg)), final)
         if trainer.progress is not None:
@@ -106,6 +106,30 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
         return final
     finally:
         trainer.close()
+
+
+def final_evaluation(trainer, run_dir: Path, episodes: int) -> dict:
+    """`eval_episodes` of the trained policy, deterministic, on fresh environments seeded `seed +
+    10000 + i` (as `rlpar evaluate`'s default); the returns and lengths are appended to
+    `evaluations.jsonl` as a row with `source: training`, which `rlpar report` reads for a
+    benchmark's figures. A row that cannot be written is said in one line; the run has finished."""
+    import time
+
+    from rlpar.runtime.evaluate_run import EVALUATIONS_FILE
+    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET
+
+    per_episode: list = []
+    metrics = trainer.evaluate(episodes, episodes=per_episode)
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "training", "iteration": trainer.iteration,
+           "env_steps": trainer.env_steps, "seed": trainer.seed + EVAL_SEED_OFFSET, **metrics,
+           "returns": [float(r) for r, _ in per_episode], "lengths": [int(n) for _, n in per_episode]}
+    try:
+        with open(run_dir / EVALUATIONS_FILE, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+    except OSError as err:
+        print(f"rlpar: the final evaluation was not written to {run_dir / EVALUATIONS_FILE} ({err.strerror or err})",
+              flush=True)
+    return metrics
 
 
 def _newest_usable_checkpoint(run_dir: Path) -> dict:

@@ -1,9 +1,9 @@
 """Ape-X's actor: a rollout worker that prioritises its own experience.
 
 Each rollout becomes n-step transitions (followed per global environment id) whose initial
-priorities are the |n-step TD error| under the actor's own copy of the Q-network, so a new
-transition enters the replay with a meaningful priority instead of the maximum (Horgan et al.
-2018). The shards' addresses (rlpar.sampling.services) come with the weights: shards that serve
+priorities its acting copy gives (`replay_priorities`: a Q-network's |n-step TD error| under the
+actor's own copy, so a new transition enters the replay with a meaningful priority instead of
+the maximum, Horgan et al. 2018). The shards' addresses (rlpar.sampling.services) come with the weights: shards that serve
 while the learner works (Ray actors, parallel=distributed) the actor writes to itself,
 round-robin, and the learner only sees episode statistics; otherwise (shards in the learner's
 process) the transitions travel back with the batch (`Batch.extras`) to the learner.
@@ -26,9 +26,10 @@ RETRY_S = (0.001, 0.02)  # pause before offering a refused write again: doubling
 
 
 class PrioritizingWorker(RolloutWorker):
-    def __init__(self, *, n_step: int, gamma: float, reward_clip: float | None = None, **rollout_kwargs):
+    def __init__(self, *, n_step: int, gamma: float, reward_clip: float | None = None, reward_scale: float = 1.0,
+                 **rollout_kwargs):
         super().__init__(**rollout_kwargs)
-        self.reward_clip = reward_clip
+        self.reward_clip, self.reward_scale = reward_clip, np.float32(reward_scale)
         self.writer = NStepWriter(n=n_step, gamma=gamma)
         self.shards: list = []  # addresses of the shards this actor writes to itself
         self.writes_in_flight: list = []  # (shard, its arguments, the request)
@@ -41,7 +42,7 @@ class PrioritizingWorker(RolloutWorker):
 
     def sample(self, out=None):
         batch = super().sample(out)
-        rewards = clip_rewards(batch.rewards, self.reward_clip)
+        rewards = clip_rewards(batch.rewards, self.reward_clip) * self.reward_scale
         transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=rewards,
                                       terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
                                       env_ids=batch.env_ids, last_obs=batch.last_obs)
@@ -49,17 +50,11 @@ class PrioritizingWorker(RolloutWorker):
         if count == 0:
             batch.extras = {"written": [0]}
         elif self.shards:
-            waited = self.write(transitions, self.priorities(transitions))
+            waited = self.write(transitions, self.policy.replay_priorities(transitions))
             batch.extras = {"written": [count], "insert_wait_s": [waited]}
         else:
-            batch.extras = {"transitions": [transitions], "priorities": [self.priorities(transitions)]}
+            batch.extras = {"transitions": [transitions], "priorities": [self.policy.replay_priorities(transitions)]}
         return batch
-
-    def priorities(self, transitions: dict) -> np.ndarray:
-        q = self.policy.outputs(transitions["obs"])[0]  # numpy or torch acting copy alike
-        taken = q[np.arange(len(q)), transitions["actions"]]
-        bootstrap = self.policy.outputs(transitions["next_obs"])[0].max(axis=1)
-        return np.abs(transitions["rewards"] + transitions["discounts"] * bootstrap - taken)
 
     def write(self, transitions: dict, priorities: np.ndarray) -> float:
         """To the next shard in turn, without waiting for it unless more than

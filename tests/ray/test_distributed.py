@@ -94,6 +94,9 @@ def metrics_rows(run_dir):
     (("env=cartpole", "seed=3", "model.recurrent=lstm", "model.recurrent_size=16"), 8),
     # IPPO on mpe2's simple_spread: 3 agents' rows per environment, central inference batching them all.
     (("env=pettingzoo", "env.id=mpe2.simple_spread_v3", "algo=ippo", "algo.rollout_length=25", "seed=3"), 4),
+    # SAC: the learner's replay, uniform random actions, then squashed-Gaussian draws from per-environment noise.
+    (("algo=sac", "env=pendulum", "seed=3", "algo.rollout_length=8", "algo.learning_starts=128", "algo.batch_size=32",
+      "model.hidden_sizes=[32,32]", "algo._target_=rlpar.algos.sac.SAC"), 12),
 ])
 def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path, common, iterations):
     """Same seed, 8 environments in all, sync_mode=blocking: every row of metrics.jsonl, read back
@@ -117,7 +120,7 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
         finally:
             trainer.close()
         keys = ("iteration", "env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value",
-                "team_return_mean", "agent_return_mean", "shared/loss_policy", "shared/loss_value")
+                "team_return_mean", "agent_return_mean", "shared/loss_policy", "shared/loss_value", "loss_q", "loss_actor")
         rows[name] = [{k: row.get(k) for k in keys} for row in metrics_rows(run_dir)]
     assert len(rows["local"]) == iterations and rows["local"][-1]["episodes"] > 5
     for name in layouts:
@@ -163,14 +166,16 @@ def test_distributed_central_inference_keeps_recurrent_states_as_workers_do(clus
     assert metrics["inference_batches"] > 0
 
 
-def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path):
-    """Ape-X on the two-node cluster: actors write to two ReplayShard actors, one per node; the
-    learner samples them. SIGKILL one shard's process: it is started again (empty), counted, and
-    training goes on learning."""
+@pytest.mark.parametrize("common", [("algo=apex",), ("algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]")])
+def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path, common):
+    """Ape-X (and SAC's Ape-X-style mode) on the two-node cluster: actors write to two
+    ReplayShard actors, one per node; the learner samples them. SIGKILL one shard's process: it
+    is started again (empty), counted, and training goes on learning."""
     from rlpar.runtime.build import build_trainer
 
-    trainer = build_trainer(make_cfg("algo=apex", "parallel=distributed", "workers=4", "envs_per_worker=1",
-                                     "algo.learning_starts=256", "algo.replay.num_shards=2", run_dir=tmp_path / "apex"))
+    trainer = build_trainer(make_cfg(*common, "parallel=distributed", "workers=4", "envs_per_worker=1",
+                                     "algo.learning_starts=256", "algo.replay.num_shards=2", "algo.batch_size=64",
+                                     "algo.rollout_length=32", run_dir=tmp_path / "apex"))
     try:
         algorithm = trainer.algorithm
         before = [trainer.train() for _ in range(15)]

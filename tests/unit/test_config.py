@@ -27,6 +27,15 @@ def test_every_group_option_composes(make_cfg, group, option):
         with pytest.raises(ConfigError, match="is a CNN for image observations; these are vectors"):
             validate_config(cfg)
         validate_config(make_cfg(f"{group}={option}", "env=atari"))
+    elif f"{group}={option}" in ("algo=sac", "algo=td3"):  # continuous actions: CartPole's are refused
+        with pytest.raises(ConfigError, match="learns continuous actions"):
+            validate_config(cfg)
+        validate_config(make_cfg(f"{group}={option}", "env=pendulum"))
+    elif group == "model" and option.endswith("actor_q"):  # the model of SAC (Gaussian) and TD3 (deterministic)
+        with pytest.raises(ConfigError, match="model=actor_q learns continuous actions"):
+            validate_config(cfg)
+        validate_config(make_cfg("algo=" + ("td3" if option.startswith("deterministic") else "sac"), "env=pendulum",
+                                 f"{group}={option}"))
     elif f"{group}={option}" in ("env=pettingzoo", "algo=ippo", "algo=mappo"):  # multi-agent: both or neither
         with pytest.raises(ConfigError, match="single-agent"):
             validate_config(cfg)

@@ -94,7 +94,7 @@ def test_apex_with_worker_processes_keeps_the_replay_in_the_learner(make_cfg, tm
         shard_sizes = [shard.call("stats")["size"] for shard in algorithm.shards]
         limiters = [shard.instance.limiter for shard in algorithm.shards]  # tables in this process
         ratio = algorithm.replay_ratio * algorithm.batch_size
-        epsilons = algorithm.epsilons.values
+        epsilons = algorithm.exploration.values
     finally:
         trainer.close()
     last = history[-1]

@@ -1,0 +1,42 @@
+"""SAC and TD3 the Ape-X way (Horgan et al. 2018 applied its distributed replay to continuous
+control too, as Ape-X DPG): many actors, each exploring at its own rate, write their n-step
+transitions into replay shards that hold a rate limiter; one learner samples them
+(rlpar.algos.sharded_replay: the shards, their limiters and restarts).
+
+What `algo=sac` and `algo=td3` run with parallel=distributed (conf/algo_placement/). Exploration:
+environment i of N scales its noise (SAC: its own Gaussian's; TD3: the added Gaussian's standard
+deviation) by a rate spread evenly on a log scale from `noise_scale_low` to `noise_scale_high`
+(TD3: times exploration_noise), so some actors act nearly greedily and some explore widely; the
+run's episode statistics count the greedier half.
+"""
+
+from __future__ import annotations
+
+from rlpar.algos.sac import SAC
+from rlpar.algos.sharded_replay import ShardedReplay
+from rlpar.algos.td3 import TD3
+from rlpar.learning.exploration import SpreadNoiseScales
+
+
+class ApeXSAC(ShardedReplay, SAC):
+    def __init__(self, *, noise_scale_low: float = 0.5, noise_scale_high: float = 1.5, **sac_kwargs):
+        """`sac_kwargs`: SAC's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
+        sampler = sac_kwargs["sampler"]
+        self.exploration = SpreadNoiseScales(num_envs=sampler.num_envs if sampler is not None else 1,
+                                             low=noise_scale_low, high=noise_scale_high)
+        super().__init__(**sac_kwargs)
+
+    def noise_scale(self):
+        return self.exploration.values
+
+
+class ApeXTD3(ShardedReplay, TD3):
+    def __init__(self, *, noise_scale_low: float = 0.5, noise_scale_high: float = 2.0, **td3_kwargs):
+        """`td3_kwargs`: TD3's (exploration_noise, target_noise, policy_delay, ...)."""
+        sampler = td3_kwargs["sampler"]
+        self.exploration = SpreadNoiseScales(num_envs=sampler.num_envs if sampler is not None else 1,
+                                             low=noise_scale_low, high=noise_scale_high)
+        super().__init__(**td3_kwargs)
+
+    def noise_scale(self):
+        return self.exploration_noise * self.exploration.values

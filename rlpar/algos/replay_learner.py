@@ -1,0 +1,226 @@
+"""What every learner that owns a replay shares (DQN, SAC, TD3): the rollout's n-step transitions
+go into the replay, and once `learning_starts` env steps are in, `replay_ratio` gradient steps
+per env step on minibatches drawn from it.
+
+The replay follows each global environment id, so rollouts may arrive from any worker in any
+order. A subclass says how a minibatch is learned (`learn`: the gradient steps, their |TD
+errors| and the diagnostics it names in `loss_names`) and may replace the replay's parts
+(`build_replay`) or, with rlpar.algos.sharded_replay, keep it in shards.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from rlpar.algos.base import Algorithm, StepResult
+from rlpar.replay.nstep import NStepWriter
+from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
+from rlpar.replay.settings import ReplaySettings
+from rlpar.replay.shard import transition_fields
+from rlpar.replay.storage import RingStorage
+
+
+class ReplayLearner(Algorithm):
+    loss_names: tuple[str, ...] = ()  # what each gradient step's diagnostics (`learn`'s "losses") are, as logged
+
+    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str, gamma: float, n_step: int,
+                 batch_size: int, replay_ratio: float, learning_starts: int, weight_sync_interval: int,
+                 replay: ReplaySettings | None, reward_scale: float = 1.0, reward_clip: float | None = None,
+                 steps_per_item: int = 1):
+        """`steps_per_item`: env steps each replayed item brings (a transition 1, a recurrent
+        Q-network's sequence its period); `capacity` and `learning_starts` count env steps."""
+        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
+                         gamma=gamma, reward_scale=reward_scale, reward_clip=reward_clip)
+        self.gamma, self.n_step, self.batch_size, self.replay_ratio = gamma, n_step, batch_size, replay_ratio
+        self.learning_starts, self.weight_sync_interval = learning_starts, weight_sync_interval
+        self.replay_settings = replay or ReplaySettings()
+        # beta reaches beta_end when the run ends: one sample() call per gradient step
+        self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
+        self.seed, self.steps_per_item = seed, steps_per_item
+        if sampler is not None:  # a learner group's other ranks (no sampler) learn rows that rank 0 draws
+            self.build_replay()
+        self.update_credit = 0.0  # gradient steps owed by the replay ratio
+        self.gradient_steps = 0
+        self.updates = 0  # iterations that learned
+        self.inserted = self.sampled = 0
+        self.learned: list = []  # each gradient step's diagnostics (loss_names) since learning_stats
+
+    def build_replay(self) -> None:
+        """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
+        fields = transition_fields(self.policy_spec.obs_dim, self.policy_spec.obs_dtype, self.replay_action_size())
+        self.use_replay(fields, NStepWriter(n=self.n_step, gamma=self.gamma))
+
+    def replay_action_size(self) -> int:
+        """0: actions are indices; else the dimensions of a Box action (transition_fields)."""
+        action = self.policy_spec.action
+        return 0 if action.discrete else action.size
+
+    def use_replay(self, fields: dict, writer) -> None:
+        replay = self.replay_settings
+        capacity = max(replay.capacity // self.steps_per_item, 1)
+        self.writer = writer
+        self.storage = RingStorage(capacity=capacity, fields=fields)
+        if replay.prioritized:
+            self.replay = PrioritizedSampler(capacity=capacity, alpha=replay.alpha, beta_start=replay.beta_start,
+                                             beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)
+        else:
+            self.replay = UniformSampler(seed=self.seed)
+
+    # -- one iteration ----------------------------------------------------------------------
+    def training_step(self) -> StepResult:
+        began = time.perf_counter()
+        batch, metrics = self.sample()
+        start = time.perf_counter()
+        self.steps_seen += batch.num_steps
+        inserted = self.insert(batch)
+        self.learn_from_replay(self.gradient_steps_owed(batch.num_steps))
+        stats = self.learning_stats()
+        end = time.perf_counter()
+        step_s = max(end - began, 1e-9)  # rates over the whole iteration, sampling included
+        metrics.update(stats, time_learn_s=end - start, **self.exploration_metrics(), **self.replay_metrics(),
+                       replay_inserts=self.inserted, replay_samples=self.sampled,
+                       samples_per_insert=self.sampled / max(self.inserted, 1), policy_version=self.version,
+                       inserts_per_s=inserted / step_s, samples_per_s=stats["gradient_steps"] * self.batch_size / step_s)
+        if self.replay_settings.prioritized:
+            metrics["beta"] = self.beta()
+        return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
+
+    def exploration_metrics(self) -> dict:
+        """How the workers explore now (DQN: ε), logged with every iteration."""
+        return {}
+
+    def gradient_steps_owed(self, env_steps: int) -> int | None:
+        """`replay_ratio` per env step once `learning_starts` env steps are in the replay (the
+        fraction carries over)."""
+        if self.inserted * self.steps_per_item >= self.learning_starts:
+            self.update_credit += self.replay_ratio * env_steps
+        steps = int(self.update_credit)
+        self.update_credit -= steps
+        return steps
+
+    def reported_episodes(self, batch) -> tuple[list, list]:
+        """Returns and lengths of the episodes the run's statistics count: all of them."""
+        return batch.episode_returns, batch.episode_lengths
+
+    def replay_metrics(self) -> dict:
+        return {"replay_size": self.storage.size}
+
+    def beta(self) -> float:
+        return self.replay.beta
+
+    def insert(self, batch) -> int:
+        """The rollout's finished n-step transitions into the replay; returns how many."""
+        items = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=self.learning_rewards(batch),
+                                terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
+                                env_ids=batch.env_ids, last_obs=batch.last_obs, **self.writer_extras(batch))
+        count = len(items["actions"])
+        if count:
+            indices = self.storage.add({name: items[name] for name in self.storage.fields})
+            self.replay.on_insert(indices)  # uniform sampling: a no-op
+        self.inserted += count
+        return count
+
+    def writer_extras(self, batch) -> dict:
+        """What the writer takes besides the transitions (a sequence writer: the recurrent states)."""
+        return {}
+
+    def learn_from_replay(self, steps: int | None) -> None:
+        """`steps` gradient steps, or (None) as many as the replay serves; their diagnostics are
+        kept for `learning_stats`. Alone, one minibatch at a time: drawn, learned, its priorities
+        written back before the next is drawn. In a learner group, all of them at once: rank 0
+        draws them, every rank learns its rows of each, rank 0 writes the priorities back."""
+        lr = self.apply_learning_rate()
+        done = 0
+        while steps is None or done < steps:
+            most = 1 if self.learner_group is None else None if steps is None else steps - done
+            wheres, inputs = self.learning_inputs(lr=lr, most=most)
+            if not wheres:  # nothing (more) to replay now
+                break
+            learned = self.learn_on_every_rank(inputs)
+            for where, td_errors in zip(wheres, learned["td_errors"]):
+                self.report_priorities(where, td_errors)
+            self.learned.extend(learned["losses"].unbind(0))
+            done += len(wheres)
+            self.sampled += self.batch_size * len(wheres)
+        self.settle_steps()
+        if done:
+            self.updates += 1
+            if self.updates % self.weight_sync_interval == 0:
+                self.version += 1  # workers pick the new weights up with their next request
+
+    def apply_learning_rate(self) -> float:
+        """Set the optimiser's rate for the coming steps (`self.lr`, annealed or not); returns it."""
+        return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+
+    def settle_steps(self) -> None:
+        """Count the non-finite steps a compiled step skipped (CompiledStep.settle)."""
+        self.gradient_step.settle()
+
+    def learning_inputs(self, *, lr: float, most: int | None) -> tuple[list, dict]:
+        """Up to `most` minibatches from the replay (None: as many as it serves) with their
+        importance weights and the learning rate, and where each came from (for its
+        priorities): rank 0's part of an update, as it owns the replay."""
+        wheres, minibatches, weights = [], [], []
+        while most is None or len(wheres) < most:
+            drawn = self.next_minibatch()
+            if drawn is None:
+                break
+            wheres.append(drawn[0])
+            weights.append(drawn[1])
+            minibatches.append(drawn[2])
+        return wheres, {"minibatches": minibatches, "weights": weights, "lr": lr, "rows": (0, self.batch_size)}
+
+    def learning_stats(self) -> dict:
+        """Means over the gradient steps since the last call."""
+        stats = {"lr": self.optimizer.param_groups[0]["lr"], "gradient_steps": len(self.learned)}
+        if self.learned:
+            stats.update(zip(self.loss_names, torch.stack(self.learned).mean(0).tolist()), **self.step.metrics())
+            self.learned = []
+        if self.learner_group is not None:
+            stats["learner_restarts"] = self.learner_group.restarts
+        return stats
+
+    def next_minibatch(self):
+        """(where it came from, importance weights, transitions), or None."""
+        slots, weights = self.replay.sample(batch_size=self.batch_size, size=self.storage.size)
+        return slots, weights, self.storage.get(slots)
+
+    def report_priorities(self, slots, td_errors) -> None:
+        self.replay.update_priorities(slots, td_errors)  # uniform sampling: a no-op
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """With `replay.checkpoint`, the replay's contents too (a resumed local run then
+        continues exactly); without, a resumed run refills it from scratch."""
+        state = {**super().state_dict(),
+                 "counters": {"update_credit": self.update_credit, "gradient_steps": self.gradient_steps,
+                              "updates": self.updates, "inserted": self.inserted, "sampled": self.sampled}}
+        replay = self.replay_state()
+        if replay is not None:
+            state["replay"] = replay
+        return state
+
+    def replay_state(self) -> dict | None:
+        if not self.replay_settings.checkpoint:
+            return None
+        return {"storage": self.storage.state_dict(), "sampler": self.replay.state_dict(),
+                "writer": self.writer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        counters = state["counters"]
+        self.update_credit = float(counters["update_credit"])
+        self.gradient_steps, self.updates = int(counters["gradient_steps"]), int(counters["updates"])
+        self.inserted, self.sampled = int(counters["inserted"]), int(counters["sampled"])
+        if "replay" in state and self.sampler is not None:  # a group's other ranks keep no replay
+            self.storage.load_state_dict(state["replay"]["storage"])
+            self.replay.load_state_dict(state["replay"]["sampler"])
+            self.writer.load_state_dict(state["replay"]["writer"])
+
+
+def as_tensor(array: np.ndarray, device) -> torch.Tensor:
+    """A tensor of `array` (arrays from a Ray shard are read-only views of the object store: copied)."""
+    return torch.as_tensor(array if array.flags.writeable else array.copy(), device=device)

@@ -1,0 +1,84 @@
+"""A picklable description of an actor with twin Q critics (SAC, TD3: the `model=actor_q`
+group), importable without torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlpar.envs.spaces import ActionInfo
+from rlpar.models.spec import NetworkFields
+
+
+@dataclass(frozen=True)
+class ActorQSpec(NetworkFields):
+    """An MLP actor, a squashed Gaussian (`gaussian`: SAC) or deterministic tanh (TD3), and
+    `critics` Q(s, a) MLPs learned together; actions are points of [-1, 1]^d, mapped to the
+    environment's bounds by the workers (rlpar.envs.spaces.ActionMapper)."""
+
+    kind = "actor_q"
+
+    @classmethod
+    def spaces_problem(cls, config, probe) -> str | None:
+        if probe.action.discrete:
+            return (f"env: algo={config.get('algo.name')} with model=actor_q learns continuous actions and cannot take "
+                    f"{probe.name}'s {type(probe.action_space).__name__} actions ({probe.action_space}); use algo=dqn, "
+                    f"apex or ppo")
+        if probe.observation.image_shape:
+            return (f"env: algo={config.get('algo.name')}'s actor_q model is an MLP for vector observations; "
+                    f"{probe.name} gives images (use algo=ppo, impala or appo with a CNN)")
+        return super().spaces_problem(config, probe)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """Whether the actor is the one the algorithm learns (SAC: a Gaussian; TD3: deterministic)."""
+        problems = super().config_problems(config)
+        wants = config.algorithm.get("gaussian_actor")
+        gaussian = config.get("model.gaussian")
+        if wants is not None and isinstance(gaussian, bool) and gaussian != wants:
+            problems.append(f"model.gaussian: algo={config.get('algo.name')} learns "
+                            f"{'a squashed Gaussian' if wants else 'a deterministic'} actor; use model.gaussian={str(wants).lower()}")
+        if not isinstance(config.get("model.critics"), int) or isinstance(config.get("model.critics"), bool) \
+                or config.get("model.critics") < 1:
+            problems.append(f"model.critics: expected a positive integer, got {config.get('model.critics')!r}")
+        return problems
+
+    obs_dim: int
+    action: ActionInfo
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+    gaussian: bool = True
+    critics: int = 2  # Q networks; targets take their minimum (clipped double Q, Fujimoto et al. 2018)
+    normalize_obs: bool = False  # replay keeps raw observations; whitening them is not offered
+    encoder: str = "mlp"
+    obs_dtype: str = "float32"
+    image_shape: tuple[int, ...] = ()
+    channels_last: bool = False
+    acting: str = "numpy"
+    recurrent: str | None = None
+    recurrent_size: int = 128
+
+    def __post_init__(self):
+        if self.action.discrete:
+            raise ValueError("an actor_q model needs a Box action space (use algo=dqn, apex or ppo for discrete actions)")
+        if self.image_shape or self.encoder not in ("auto", "mlp"):
+            raise ValueError("an actor_q model is an MLP for vector observations")
+        if self.recurrent is not None:
+            raise ValueError("an actor_q model is feed-forward (model.recurrent=null)")
+        if self.acting not in ("auto", "numpy"):
+            raise ValueError("an actor_q model acts with its numpy copy (model.acting=numpy)")
+        if self.normalize_obs:
+            raise ValueError("normalize_obs: an actor_q model learns from raw replayed observations (use false)")
+        self._settle_fields()
+
+    def build(self):
+        """The trainable torch module (learner side)."""
+        from rlpar.models.actor_q import ActorQ
+
+        return ActorQ(self)
+
+    def acting_policy(self, env_ids=None):
+        """The actor alone, in numpy; its noise scale (one, or one per environment of the run:
+        `env_ids` are the global ids this copy steps) comes with the weights."""
+        from rlpar.models.numpy_actor import NumpyActor
+
+        return NumpyActor(self, env_ids)

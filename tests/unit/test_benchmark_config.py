@@ -1,0 +1,171 @@
+"""experiment=benchmark: its rows (conf/benchmark_row/) hold RL Baselines3 Zoo's budgets
+(rlpar/analysis/rl_zoo.py), its sub-tables (conf/benchmark/) cover every row once, the sweep
+expands to rows x seeds 0-2 as Hydra's basic sweeper expands it, and a row composes to its
+algorithm, environment, parallel mode and budget over the preset."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from rlpar.analysis import rl_zoo
+from rlpar.config.compose import compose_config
+from rlpar.config.conf_dir import CONF_DIR
+
+ROWS = CONF_DIR / "benchmark_row"
+TABLES = ("classic", "box2d", "mujoco")
+ENVS = {
+    "classic": {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"},
+    "box2d": {"LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3"},
+    "mujoco": {"Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Swimmer-v5", "Ant-v5"},
+}
+DISTRIBUTED = {"impala", "appo", "apex", "sac_distributed"}  # rows run on Ray actors
+RL_ZOO_ALGOS = ("ppo", "a2c", "dqn", "sac", "td3")
+SAC_WRITTEN = (CONF_DIR / "algo" / "sac.yaml").is_file() and (CONF_DIR / "algo" / "td3.yaml").is_file()
+needs_sac = pytest.mark.skipif(not SAC_WRITTEN, reason="conf/algo/sac.yaml and td3.yaml are not written yet")
+
+
+def row_files() -> dict[str, dict]:
+    return {path.stem: yaml.safe_load(path.read_text()) for path in sorted(ROWS.glob("*.yaml"))}
+
+
+def sweep_jobs(*overrides: str) -> tuple[list[list[str]], str]:
+    """The jobs `python main.py -m experiment=benchmark <overrides>` launches, expanded by Hydra's
+    BasicSweeper from the composed `hydra.sweeper.params` and the command line; and the sweep dir."""
+    parser = OverridesParser.create()
+    plain = [text for text, parsed in zip(overrides, parser.parse_overrides(list(overrides)))
+             if not parsed.is_sweep_override()]  # composing takes no sweep; the sweeper expands it
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=benchmark", *plain], return_hydra_config=True)
+    params = [f"{key}={value}" for key, value in cfg.hydra.sweeper.params.items()]
+    parsed = parser.parse_overrides([*params, "experiment=benchmark", *overrides])
+    assert cfg.hydra.mode.name == "MULTIRUN"
+    return BasicSweeper.split_arguments(parsed, None)[0], str(cfg.hydra.sweep.dir)
+
+
+def rows_of(jobs) -> list[str]:
+    return list(dict.fromkeys(job[0].removeprefix("+benchmark_row=") for job in jobs))
+
+
+def algo_and_env(name: str) -> tuple[str, str]:
+    variant, env = name.split("-", 1)
+    return variant, env
+
+
+def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
+    for name, row in row_files().items():
+        variant, env = algo_and_env(name)
+        algo = "sac" if variant == "sac_distributed" else variant
+        overrides = [next(iter(entry.items())) for entry in row["defaults"]]
+        assert ("override /algo", algo) in overrides, name
+        assert row["env"]["id"] == env, name
+        zoo = rl_zoo.reference(algo, env)
+        assert zoo is not None, f"{name}: no RL-Zoo row to compare with"
+        assert row["total_steps"] == zoo.n_timesteps, name
+        assert row["eval_episodes"] == 20, name
+        distributed = ("override /parallel", "distributed") in overrides
+        assert distributed == (variant in DISTRIBUTED), name
+        assert (row.get("workers") == 4) == distributed, name
+
+
+def test_every_rl_zoo_row_of_the_table_has_its_rlpar_rows():
+    """PPO, A2C, DQN, SAC and TD3 on RL-Zoo's own rows; IMPALA and APPO on PPO's classic and Box2D
+    rows; Ape-X on DQN's; SAC's distributed mode on SAC's."""
+    names = set(row_files())
+    wanted = set()
+    for zoo in rl_zoo.ROWS:
+        env = next((ours for ours, theirs in rl_zoo.ZOO_ENV.items() if theirs == zoo.env), zoo.env)
+        wanted.add(f"{zoo.algo}-{env}")
+        mujoco = env in ENVS["mujoco"]
+        if zoo.algo == "ppo" and not mujoco:
+            wanted |= {f"impala-{env}", f"appo-{env}"}
+        if zoo.algo == "dqn":
+            wanted.add(f"apex-{env}")
+        if zoo.algo == "sac":
+            wanted.add(f"sac_distributed-{env}")
+    assert names == wanted
+    assert {row.algo for row in rl_zoo.ROWS} == set(RL_ZOO_ALGOS)
+
+
+def test_the_sub_tables_split_the_rows_and_all_is_them_in_order():
+    tables = {}
+    for table in (*TABLES, "all"):
+        jobs, sweep_dir = sweep_jobs(*([] if table == "all" else [f"benchmark={table}"]))
+        rows = rows_of(jobs)
+        assert len(jobs) == 3 * len(rows) and len(set(rows)) == len(rows)
+        assert [job[1] for job in jobs[:3]] == ["seed=0", "seed=1", "seed=2"]
+        assert sweep_dir.startswith(f"outputs/multirun/benchmark_{'' if table == 'all' else table + '_'}")
+        tables[table] = rows
+    for table in TABLES:
+        assert {algo_and_env(name)[1] for name in tables[table]} == ENVS[table]
+    assert tables["all"] == tables["classic"] + tables["box2d"] + tables["mujoco"]
+    assert sorted(tables["all"]) == sorted(row_files())
+
+
+def test_a_row_or_a_seed_given_on_the_command_line_replaces_the_tables():
+    jobs, _ = sweep_jobs("benchmark=mujoco", "seed=0")
+    assert len(jobs) == len(rows_of(jobs)) == 23
+    jobs, _ = sweep_jobs("+benchmark_row=ppo-CartPole-v1,dqn-CartPole-v1")
+    assert [job[:2] for job in jobs] == [[f"+benchmark_row={row}", f"seed={seed}"] for row in
+                                         ("ppo-CartPole-v1", "dqn-CartPole-v1") for seed in (0, 1, 2)]
+
+
+@pytest.mark.parametrize("row, algo, env, mode, workers, model", [
+    ("ppo-CartPole-v1", "ppo", "CartPole-v1", "local", 1, "PolicySpec"),
+    ("dqn-LunarLander-v3", "dqn", "LunarLander-v3", "local", 1, "QNetworkSpec"),
+    ("apex-MountainCar-v0", "apex", "MountainCar-v0", "distributed", 4, "QNetworkSpec"),
+    ("impala-Pendulum-v1", "impala", "Pendulum-v1", "distributed", 4, "PolicySpec"),
+])
+def test_a_row_composes_to_its_algorithm_environment_mode_and_budget(row, algo, env, mode, workers, model):
+    cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
+    assert (cfg.algo.name, cfg.env.id, cfg.parallel.name, cfg.workers) == (algo, env, mode, workers)
+    assert cfg.model._target_.rsplit(".", 1)[1] == model
+    assert cfg.total_steps == yaml.safe_load((ROWS / f"{row}.yaml").read_text())["total_steps"]  # over the preset's
+    assert (cfg.eval_episodes, cfg.experiment_name, cfg.progress) == (20, "benchmark", False)
+
+
+@needs_sac
+@pytest.mark.parametrize("row, target_module", [("sac-Hopper-v5", "sac"), ("td3-Pendulum-v1", "td3"),
+                                                ("sac_distributed-Pendulum-v1", None)])
+def test_the_sac_and_td3_rows_compose(row, target_module):
+    cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
+    variant, env = algo_and_env(row)
+    assert (cfg.algo.name, cfg.env.id) == ("sac" if variant == "sac_distributed" else variant, env)
+    assert cfg.parallel.name == ("distributed" if variant == "sac_distributed" else "local")
+    if target_module:
+        assert cfg.algo._target_.startswith(f"rlpar.algos.{target_module}.")
+
+
+@pytest.mark.slow
+def test_every_row_composes_and_one_row_per_environment_validates(tmp_path):
+    """Every row composes (SAC's and TD3's once their configs exist); validation builds and steps one
+    environment of each task, MuJoCo's and Box2D's included."""
+    from rlpar.config.validate import validate_config
+
+    validated = set()
+    for name in row_files():
+        variant, env = algo_and_env(name)
+        if variant in ("sac", "td3", "sac_distributed") and not SAC_WRITTEN:
+            continue
+        cfg = compose_config(["experiment=benchmark", f"+benchmark_row={name}"], run_dir=tmp_path / name)
+        assert (cfg.env.id, cfg.eval_episodes) == (env, 20)
+        if variant == "ppo" and env not in validated:
+            validate_config(cfg)
+            validated.add(env)
+    assert validated == set().union(*ENVS.values())
+
+
+def test_row_files_are_found_by_the_name_hydra_is_given():
+    assert all(Path(ROWS / f"{name}.yaml").is_file() for name in rows_of(sweep_jobs()[0]))
+
+
+def test_a_sub_table_without_the_experiment_is_refused_in_one_line_naming_it():
+    from rlpar.config.overrides import override_problems
+
+    assert override_problems(["benchmark=classic"]) == [
+        "benchmark: chosen with experiment=benchmark (e.g. python main.py -m experiment=benchmark benchmark=classic)"]
+    assert override_problems(["-m", "experiment=benchmark", "benchmark=classic"]) == []
+    assert override_problems(["env=pendulum", "algo=dqn", "+table_row=local_1env"]) == []  # top-level groups, and `+`
