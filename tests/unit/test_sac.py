@@ -1,10 +1,6 @@
 """SAC and TD3: the actor's maths (squashed Gaussian, its numpy copy), the stacked critics, what
-each gradient step moves, exploration, and runs end to end: Pendulum learned, every sampler, and
-a SIGKILLed run resumed with its replay equal to one never interrupted."""
-
-import os
-import signal
-import subprocess
+each gradient step moves, exploration, and runs end to end: Pendulum learned, worker processes,
+and a SIGKILLed run resumed with its replay equal to one never interrupted."""
 
 import numpy as np
 import pytest
@@ -15,9 +11,8 @@ from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.spaces import ActionInfo
 from rlpar.models.actor_q_spec import ActorQSpec
 from rlpar.runtime.build import build_trainer
-from tests.processes import default_sigint, wait_until
-from tests.runs.test_kill_resume import (ROOT, checkpoint_iterations, cli, complete_rows, deterministic, resume, rows,
-                                         run_cli, stop)
+from tests.defaults import STEPS_PER_ITERATION
+from tests.runs.test_kill_resume import CONFIG, kill_between_checkpoints_and_resume, rows, run_cli
 
 ACTION = ActionInfo(discrete=False, size=2, low=(-2.0, -1.0), high=(2.0, 1.0), shape=(2,))
 
@@ -206,33 +201,15 @@ def test_sac_and_td3_run_on_worker_processes(make_cfg, tmp_path, algo):
     assert history[-1]["random_actions"] == 0.0 and history[-1]["policy_version"] > 0
 
 
-ITERATIONS, EVERY = 24, 5
-RESUMABLE = ("algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]", "algo.batch_size=32",
-             "algo.learning_starts=256", "algo.replay.checkpoint=true", "envs_per_worker=4",
-             f"total_steps={ITERATIONS * 32}", f"checkpoint.every={EVERY}")
-
-
 @pytest.mark.slow
 def test_sac_sigkill_then_resume_with_replay_checkpoint_equals_an_uninterrupted_run(tmp_path):
+    """The replay (algo.replay.checkpoint), both optimisers, the target critics and the
+    environments travel in checkpoints: the resumed run equals one never interrupted."""
+    config = (*CONFIG, "algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]", "algo.batch_size=32",
+              "algo.replay_ratio=0.25", "algo.learning_starts=256", "algo.replay.checkpoint=true",
+              f"algo.rollout_length={STEPS_PER_ITERATION // 8}")
     reference_dir = tmp_path / "uninterrupted"
-    run_cli(*RESUMABLE, run_dir=reference_dir)
+    run_cli(*config, run_dir=reference_dir)
     reference = rows(reference_dir)
-    assert reference[-1]["gradient_steps"] > 0 and reference[-1]["replay_size"] == ITERATIONS * 32
-
-    run_dir = tmp_path / "killed"
-    victim = subprocess.Popen(cli(*RESUMABLE, run_dir=run_dir), cwd=ROOT, preexec_fn=default_sigint,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        metrics = run_dir / "metrics.jsonl"
-        wait_until(lambda: (n := complete_rows(metrics)) >= 12 and n % EVERY == 2, victim, 120, "12 logged rows",
-                   poll_s=0.002)
-        os.kill(victim.pid, signal.SIGKILL)
-        assert victim.wait(30) == -signal.SIGKILL
-    finally:
-        stop(victim)
-    assert checkpoint_iterations(run_dir)[-1] < ITERATIONS
-    resume(run_dir, tmp_path)
-    resumed = rows(run_dir)
-    assert [r["iteration"] for r in resumed] == list(range(1, ITERATIONS + 1))
-    for got, expected in zip(resumed, reference):
-        assert deterministic(got) == deterministic(expected), f"iteration {got['iteration']}"
+    assert reference[-1]["gradient_steps"] > 0 and reference[-1]["replay_size"] == reference[-1]["env_steps"]
+    kill_between_checkpoints_and_resume(tmp_path, reference, config)
