@@ -16,6 +16,7 @@ class ActorQSpec(NetworkFields):
     environment's bounds by the workers (rlpar.envs.spaces.ActionMapper)."""
 
     kind = "actor_q"
+    torch_inference = False  # central inference acts with the numpy copy of the actor alone, on any device
 
     @classmethod
     def spaces_problem(cls, config, probe) -> str | None:

@@ -11,6 +11,7 @@ from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.spaces import ActionInfo
 from rlpar.models.actor_q_spec import ActorQSpec
 from rlpar.runtime.build import build_trainer
+from rlpar.runtime.evaluation import checkpoint_policy_weights
 from tests.defaults import STEPS_PER_ITERATION
 from tests.runs.test_kill_resume import CONFIG, kill_between_checkpoints_and_resume, rows, run_cli
 
@@ -194,11 +195,23 @@ def test_sac_and_td3_run_on_worker_processes(make_cfg, tmp_path, algo):
                                      "algo.batch_size=32", run_dir=tmp_path / algo))
     try:
         history = [trainer.train() for _ in range(12)]
+        evaluation = trainer.evaluate(2)
+        from_checkpoint = spec_policy(trainer, checkpoint_policy_weights(trainer.algorithm.state_dict()))
+        from_learner = spec_policy(trainer, trainer.algorithm.policy_weights())
     finally:
         trainer.close()
+    obs = np.random.default_rng(0).standard_normal((5, 3))
+    assert np.array_equal(from_checkpoint.act(obs, None)[0], from_learner.act(obs, None)[0])  # `rlpar evaluate`'s actions
+    assert -2000 < evaluation["eval_return_mean"] < 0
     assert history[-1]["env_steps"] == 12 * 32 and history[-1]["replay_inserts"] == 12 * 32
     assert history[-1]["gradient_steps"] == 32 and history[0]["random_actions"] == 1.0
     assert history[-1]["random_actions"] == 0.0 and history[-1]["policy_version"] > 0
+
+
+def spec_policy(trainer, weights):
+    policy = trainer.algorithm.policy_spec.acting_policy()
+    policy.set_weights(weights)
+    return policy
 
 
 @pytest.mark.slow
