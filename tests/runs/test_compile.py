@@ -15,12 +15,14 @@ ALGOS = {
     "a2c": ("algo.rollout_length=8",),  # a rollout's valid steps vary: dynamic shapes
     "impala": ("algo.rollout_length=16",),  # so do IMPALA's batches
     "appo": ("algo.rollout_length=32", "algo.minibatch_size=64"),
+    "sac": ("env=pendulum", "envs_per_worker=4", "algo.rollout_length=16", "algo.learning_starts=64", "algo.batch_size=32",
+            "model.hidden_sizes=[32,32]"),  # a critic step and an actor step: a graph each
 }
 COMPILED_STEP = {"ppo": "CompiledStep", "dqn": "CompiledStep", "a2c": "EagerStep", "impala": "CompiledStep",
-                 "appo": "CompiledStep"}
+                 "appo": "CompiledStep", "sac": "CompiledStep"}
 LOSSES = {"ppo": ("loss_policy", "loss_value", "approx_kl"), "dqn": ("loss_q", "td_error_mean", "q_mean"),
           "a2c": ("loss_policy", "loss_value", "loss_entropy"), "impala": ("loss_policy", "loss_value", "loss_entropy"),
-          "appo": ("loss_policy", "loss_value", "approx_kl")}
+          "appo": ("loss_policy", "loss_value", "approx_kl"), "sac": ("loss_q", "loss_actor", "alpha")}
 
 
 def trainer_for(make_cfg, tmp_path, algo, compiled: bool):
@@ -30,16 +32,21 @@ def trainer_for(make_cfg, tmp_path, algo, compiled: bool):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", list(ALGOS))
-def test_compiled_loss_learns_like_eager_and_checkpoints_cross_over(make_cfg, tmp_path, algo):
+def test_compiled_loss_learns_like_eager_and_checkpoints_cross_over(make_cfg, tmp_path, algo, monkeypatch):
+    import torch._inductor.config
+
+    # SAC's losses draw actions: the compiled graph then takes torch's own random numbers, as eager does
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
     eager, compiled = trainer_for(make_cfg, tmp_path, algo, False), trainer_for(make_cfg, tmp_path, algo, True)
     try:
         assert (eager.algorithm.compiled, compiled.algorithm.compiled) == (False, True)
         # eager: loss, backward and optimiser op by op; compiled: the whole step as one graph
         # (LeanAdam), or the loss compiled (RMSprop, A2C's default)
-        assert type(eager.algorithm.gradient_step).__name__ == "EagerStep"
-        assert type(compiled.algorithm.gradient_step).__name__ == COMPILED_STEP[algo]
-        compiled.algorithm.gradient_step.wait_compiled()  # PPO's steps run eagerly until its compile is done
-        rows = {"eager": [eager.train() for _ in range(4)], "compiled": [compiled.train() for _ in range(4)]}
+        for eager_step, compiled_step in zip(steps_of(eager.algorithm), steps_of(compiled.algorithm)):
+            assert type(eager_step).__name__ == "EagerStep"
+            assert type(compiled_step).__name__ == COMPILED_STEP[algo]
+            compiled_step.wait_compiled()  # PPO's steps run eagerly until its compile is done
+        rows = both(eager, compiled, lambda trainer: [trainer.train() for _ in range(4)])
         for key in LOSSES[algo]:
             learned = [r[key] for r in rows["eager"] if key in r]
             assert len(learned) >= 2, key  # DQN learns from its second iteration on
@@ -49,13 +56,32 @@ def test_compiled_loss_learns_like_eager_and_checkpoints_cross_over(make_cfg, tm
         state = compiled.state_dict()
         assert state["algorithm"]["model"].keys() == eager.state_dict()["algorithm"]["model"].keys()
         eager.restore(state)
-        continued = {"eager": eager.train(), "compiled": compiled.train()}
+        continued = both(eager, compiled, lambda trainer: trainer.train())
         for key in LOSSES[algo]:
             np.testing.assert_allclose(continued["eager"][key], continued["compiled"][key], rtol=1e-4, atol=1e-5,
                                        err_msg=key)
     finally:
         eager.close()
         compiled.close()
+
+
+def both(eager, compiled, run) -> dict:
+    """`run` on each trainer from the same torch random state (SAC draws actions in its losses,
+    from torch's generator, which the two trainers share in this process)."""
+    import torch
+
+    state = torch.get_rng_state()
+    results = {}
+    for name, trainer in (("eager", eager), ("compiled", compiled)):
+        torch.set_rng_state(state)
+        results[name] = run(trainer)
+    return results
+
+
+def steps_of(algorithm) -> list:
+    """An algorithm's gradient steps: one, or SAC's critic step and actor step."""
+    return [algorithm.gradient_step] if hasattr(algorithm, "gradient_step") else [algorithm.critic_step,
+                                                                                  algorithm.actor_step]
 
 
 @pytest.mark.slow
