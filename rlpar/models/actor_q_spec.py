@@ -49,6 +49,11 @@ class ActorQSpec(NetworkFields):
     activation: str = "relu"
     gaussian: bool = True
     critics: int = 2  # Q networks; targets take their minimum (clipped double Q, Fujimoto et al. 2018)
+    # Exploration noise correlated in time: each environment's standard normals follow an AR(1)
+    # process with this coefficient (0: white noise). Consistent pushes in one direction explore
+    # tasks that need momentum (MountainCarContinuous) where white noise averages out; the uniform
+    # random actions before learning_starts are then persistent too.
+    noise_correlation: float = 0.0
     normalize_obs: bool = False  # replay keeps raw observations; whitening them is not offered
     encoder: str = "mlp"
     obs_dtype: str = "float32"
@@ -69,6 +74,8 @@ class ActorQSpec(NetworkFields):
             raise ValueError("an actor_q model acts with its numpy copy (model.acting=numpy)")
         if self.normalize_obs:
             raise ValueError("normalize_obs: an actor_q model learns from raw replayed observations (use false)")
+        if not 0.0 <= self.noise_correlation < 1.0:
+            raise ValueError(f"noise_correlation: {self.noise_correlation} is not in [0, 1)")
         self._settle_fields()
 
     def build(self):

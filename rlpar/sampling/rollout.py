@@ -68,6 +68,10 @@ class RolloutWorker:
         # before the step after an autoreset step (rlpar.models.recurrent); fresh environments start at zero.
         self.recurrent_state = np.zeros((num_envs, policy_spec.state_size)) if policy_spec.state_size else None
         self.state_reset_pending = np.zeros(num_envs, dtype=bool)
+        # Box actions' noise correlated in time (an actor_q model's noise_correlation): each
+        # environment's last standard normals, carried into its next rollout (None: none drawn yet)
+        self.noise_correlation = float(getattr(policy_spec, "noise_correlation", 0.0))
+        self.noise_carry: np.ndarray | None = None
         self.last_rollout_end: float | None = None  # for the time this worker sat idle between rollouts
 
     def set_weights(self, weights: dict, version: int) -> None:
@@ -100,6 +104,7 @@ class RolloutWorker:
             "episode_return": torch.from_numpy(self.episode_return.copy()),
             "episode_length": torch.from_numpy(self.episode_length.copy()),
             "noise_rngs": [g.bit_generator.state for g in self.noise_rngs],
+            **({} if self.noise_carry is None else {"noise_carry": torch.from_numpy(self.noise_carry.copy())}),
             **({} if self.recurrent_state is None else {
                 "recurrent_state": torch.from_numpy(self.recurrent_state.copy()),
                 "state_reset_pending": torch.from_numpy(self.state_reset_pending.copy())}),
@@ -118,6 +123,7 @@ class RolloutWorker:
         self.episode_length = state["episode_length"].numpy().copy()
         for generator, rng_state in zip(self.noise_rngs, state["noise_rngs"]):
             generator.bit_generator.state = rng_state
+        self.noise_carry = state["noise_carry"].numpy().copy() if "noise_carry" in state else None
         if self.recurrent_state is not None:
             self.recurrent_state = state["recurrent_state"].numpy().copy()
             self.state_reset_pending = state["state_reset_pending"].numpy().copy()
@@ -125,7 +131,25 @@ class RolloutWorker:
     def _draw_noise(self) -> np.ndarray:
         T, action = self.rollout_length, self.policy_spec.action
         noise = np.stack([draw_noise(g, action, T) for g in self.noise_rngs], axis=1)
-        return noise if action.discrete else noise.astype(np.float32)
+        if action.discrete:
+            return noise
+        if self.noise_correlation:
+            noise = self._correlated(noise)
+        return noise.astype(np.float32)
+
+    def _correlated(self, white: np.ndarray) -> np.ndarray:
+        """An AR(1) process driven by `white` ([T, N, A] standard normals): x_t = ρ x_{t-1} +
+        sqrt(1 - ρ^2) w_t, standard normal at every step, correlated ρ^k k steps apart. The first
+        step of the run is its white draw (stationary from the start)."""
+        rho = self.noise_correlation
+        drive = np.sqrt(1.0 - rho * rho)
+        noise = np.empty_like(white)
+        carry = white[0] if self.noise_carry is None else rho * self.noise_carry + drive * white[0]
+        noise[0] = carry
+        for t in range(1, len(white)):
+            carry = noise[t] = rho * carry + drive * white[t]
+        self.noise_carry = carry.copy()
+        return noise
 
     def sample(self, out: dict[str, np.ndarray] | None = None) -> Batch:
         """One rollout of `rollout_length` steps; writes into `out` (e.g. shared memory) if given."""

@@ -95,6 +95,32 @@ def test_td3s_copy_adds_clipped_gaussian_noise_to_the_tanh_action():
     assert np.allclose(policy.act(obs, noise)[0], expected, atol=1e-6)
 
 
+def test_correlated_noise_is_standard_normal_at_every_step_and_carries_across_rollouts(make_cfg, tmp_path):
+    from rlpar.envs.factory import resolve_env_spec
+    from rlpar.sampling.rollout import RolloutWorker
+
+    def worker(correlation):
+        model = ActorQSpec(obs_dim=3, action=ActionInfo(discrete=False, size=1, low=(-2.0,), high=(2.0,), shape=(1,)),
+                           noise_correlation=correlation)
+        return RolloutWorker(env_spec=resolve_env_spec(id="Pendulum-v1"), policy_spec=model, num_envs=256,
+                             rollout_length=50, seed=0)
+
+    correlated, white = worker(0.9), worker(0.0)
+    first, second = correlated._draw_noise(), correlated._draw_noise()
+    noise = np.concatenate([first, second])[..., 0]  # [100 steps, 256 environments]
+    lag1 = np.mean(noise[1:] * noise[:-1]) / np.mean(noise * noise)
+    assert lag1 == pytest.approx(0.9, abs=0.03)
+    assert np.mean(first[-1] * second[0]) > 0.6  # across rollouts too: the carry (0 without it)
+    assert noise.std() == pytest.approx(1.0, abs=0.1) and noise[0].std() == pytest.approx(1.0, abs=0.3)
+    plain = white._draw_noise()[..., 0]
+    assert abs(np.mean(plain[1:] * plain[:-1])) < 0.05
+    assert np.array_equal(plain[0], first[0, :, 0])  # the same white draws drive both
+    state = correlated.get_state()
+    after = correlated._draw_noise()
+    correlated.set_state(state)
+    assert np.array_equal(correlated._draw_noise(), after)  # the carry travels in checkpoints
+
+
 def test_stacked_critics_are_independent_mlps_and_detached_ones_pass_gradients_to_actions_only():
     torch.manual_seed(0)
     critic = spec().build().critic
@@ -220,6 +246,7 @@ def test_sac_sigkill_then_resume_with_replay_checkpoint_equals_an_uninterrupted_
     environments travel in checkpoints: the resumed run equals one never interrupted."""
     config = (*CONFIG, "algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]", "algo.batch_size=32",
               "algo.replay_ratio=0.25", "algo.learning_starts=256", "algo.replay.checkpoint=true",
+              "model.noise_correlation=0.5",
               f"algo.rollout_length={STEPS_PER_ITERATION // 8}")
     reference_dir = tmp_path / "uninterrupted"
     run_cli(*config, run_dir=reference_dir)
