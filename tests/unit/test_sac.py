@@ -217,8 +217,8 @@ def test_sac_and_td3_learn_pendulum(make_cfg, tmp_path, algo):
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_sac_and_td3_run_on_worker_processes(make_cfg, tmp_path, algo):
     trainer = build_trainer(make_cfg(f"algo={algo}", "env=pendulum", "model.hidden_sizes=[32,32]", "parallel=multiprocess",
-                                     "workers=2", "envs_per_worker=2", "algo.learning_starts=256",
-                                     "algo.batch_size=32", run_dir=tmp_path / algo))
+                                     "workers=2", "envs_per_worker=2", "algo.rollout_length=8",
+                                     "algo.learning_starts=256", "algo.batch_size=32", run_dir=tmp_path / algo))
     try:
         history = [trainer.train() for _ in range(12)]
         evaluation = trainer.evaluate(2)
@@ -246,10 +246,11 @@ def test_sac_sigkill_then_resume_with_replay_checkpoint_equals_an_uninterrupted_
     environments travel in checkpoints: the resumed run equals one never interrupted."""
     config = (*CONFIG, "algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]", "algo.batch_size=32",
               "algo.replay_ratio=0.25", "algo.learning_starts=256", "algo.replay.checkpoint=true",
-              "model.noise_correlation=0.5",
+              "model.noise_correlation=0.5", "envs_per_worker=8",
               f"algo.rollout_length={STEPS_PER_ITERATION // 8}")
     reference_dir = tmp_path / "uninterrupted"
     run_cli(*config, run_dir=reference_dir)
     reference = rows(reference_dir)
-    assert reference[-1]["gradient_steps"] > 0 and reference[-1]["replay_size"] == reference[-1]["env_steps"]
+    last = reference[-1]  # every step is a transition but each episode's autoreset step (200-step episodes)
+    assert last["gradient_steps"] > 0 and last["replay_size"] == last["env_steps"] - last["episodes"]
     kill_between_checkpoints_and_resume(tmp_path, reference, config)
