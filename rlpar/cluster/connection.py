@@ -96,6 +96,22 @@ def _start_private_instance(num_cpus: float | None, object_store_mb: int, namesp
         log_to_driver=False,
         configure_logging=False,
     )
+    _stop_error_listener(ray)
+
+
+def _stop_error_listener(ray) -> None:
+    """Stop the driver thread that Ray starts to print the cluster's error messages, as
+    ray.shutdown would. Once a private instance's GCS had died, that thread crashed the driver
+    (SIGSEGV inside its GCS poll, seen in CI) before the run could stop in one line; rlpar
+    reports its runners' failures itself, and a private instance has no other cluster to hear."""
+    worker = ray._private.worker.global_worker
+    thread = getattr(worker, "listener_thread", None)
+    if thread is None or not thread.is_alive():
+        return
+    worker.threads_stopped.set()
+    worker.gcs_error_subscriber.close()  # ends its poll; the thread then sees threads_stopped
+    thread.join(timeout=10)
+    worker.threads_stopped.clear()
 
 
 def _ray_init(ray, *, private: bool, **kwargs) -> None:

@@ -159,6 +159,19 @@ def test_cli_run_survives_killing_one_env_runner_process(tmp_path):
     assert "replacing it" in stderr + (tmp_path / "main.log").read_text()
 
 
+def test_a_private_instance_leaves_no_thread_polling_its_gcs():
+    """Ray's error-message thread, left polling, crashed a driver whose GCS had just been killed
+    (SIGSEGV, exit -11 with no line: a CI run of the test below)."""
+    script = ("from rlpar.cluster.connection import RayConnection; import ray, threading; "
+              "c = RayConnection(address=None, num_cpus=1, object_store_mb=100); "
+              "print(sorted(t.name for t in threading.enumerate() if t.name.startswith('ray_'))); "
+              "print('ran', ray.get(ray.remote(num_cpus=0)(lambda: 1).remote(), timeout=60)); c.shutdown()")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[]", "ran 1"], done.stdout
+
+
 @pytest.mark.parametrize("victim", ["gcs_server", "raylet"])
 def test_cli_run_whose_private_instance_loses_its_gcs_or_raylet_stops_within_seconds(tmp_path, adopted_orphans, victim):
     """The issue's bar. (GCS: training went on for a minute, then Ray aborted the process: exit 1,
