@@ -116,14 +116,20 @@ class RayStartHead:
         raise RuntimeError("`ray start --head` did not start: " + "".join(self.output)[-2000:])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, signal.SIGTERM)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def stop_process(proc: subprocess.Popen, sig: int, wait_s: float = 60) -> int:
+    """Send `sig` (as a user or a scheduler would) and wait; SIGKILL if it has not gone in `wait_s`."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
 
 
 def free_port() -> int:

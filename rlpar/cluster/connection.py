@@ -356,7 +356,10 @@ def start_private_instance_early(*, num_cpus: float | None, object_store_mb: int
 class RayConnection:
     """Context for one run's use of Ray: remembers whether rlpar started it, to stop only that."""
 
-    def __init__(self, *, address: str | None, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar"):
+    def __init__(self, *, address: str | None, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar",
+                 py_modules=()):
+        """`py_modules`: the user's own code the workers of a user's cluster need (an env's module),
+        shipped with rlpar's package; a private instance's workers find it as this process does."""
         on_loopback = not address or is_loopback(address)
         _prepare_environment(on_loopback)
         import ray
@@ -376,7 +379,7 @@ class RayConnection:
                 ray,
                 private=False,
                 address=address,
-                runtime_env={"py_modules": [str(PACKAGE_DIR)]},
+                runtime_env={"py_modules": [str(PACKAGE_DIR), *py_modules]},
                 namespace=namespace,
                 log_to_driver=False,
                 configure_logging=False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlpar.errors import shown
 
 # Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
-RESUME_OVERRIDABLE = ("total_steps", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "resume_envs",
+RESUME_OVERRIDABLE = ("total_steps", "time_limit_s", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "resume_envs",
                       # a run may resume with more or fewer learners (rank 0's state is the run's)
                       "learners", "learner_group.timeout_s", "learner_group.max_restarts", "ray.cpus_per_learner")
 WHERE_THE_RUN_IS = ("run_dir", "resume")  # a run directory may be moved, and is resumed under its new name

@@ -137,6 +137,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
     c.number("seed", integer=True, low=0, high=MAX_SEED)
     c.number("eval_episodes", integer=True, low=0, high=MAX_EVAL_EPISODES)
     total_steps = c.number("total_steps", integer=True, low=1)
+    c.number("time_limit_s", low=0, low_open=True, optional=True)
     workers = c.number("workers", integer=True, low=1)
     envs_per_worker = c.number("envs_per_worker", integer=True, low=1, high=MAX_ENVS_PER_WORKER)
     if (all(isinstance(n, int) and 1 <= n for n in (total_steps, workers, envs_per_worker))

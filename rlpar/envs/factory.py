@@ -85,16 +85,43 @@ def add_import_dir(directory: str | None) -> None:
         sys.path.append(directory)
 
 
+def split_import_path(path: str) -> tuple[str, str]:
+    """`package.module:Name` or `package.module.Name` -> (module, name)."""
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise ImportError(f"'{path}' is not an import path like 'package.module:ClassName'")
+    return module_name, attr
+
+
+def user_module_path(path: str, search_dir: str | None = None) -> str | None:
+    """The file (a module) or directory (a package) that holds the top-level module of import
+    path `path`, when it is a user's own code: None for installed packages, the standard library,
+    rlpar itself, and what cannot be found (validation names that)."""
+    import importlib.util
+    import sysconfig
+
+    add_import_dir(search_dir)
+    try:
+        spec = importlib.util.find_spec(split_import_path(path)[0].split(".")[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        return None
+    where = spec.submodule_search_locations[0] if spec.submodule_search_locations else spec.origin
+    where = os.path.realpath(where)
+    installed = {os.path.realpath(p) for key in ("purelib", "platlib", "stdlib", "platstdlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    rlpar_dir = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
+    if where == rlpar_dir or any(where == d or where.startswith(d + os.sep) for d in installed):
+        return None
+    return where
+
+
 def import_object(path: str, search_dir: str | None = None):
     """Import `package.module:Name` or `package.module.Name`, also from `search_dir` (a user's
     `my_env.py` in the directory rlpar was started in; searched after installed packages)."""
     add_import_dir(search_dir)
-    if ":" in path:
-        module_name, _, attr = path.partition(":")
-    else:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ImportError(f"'{path}' is not an import path like 'package.module:ClassName'")
+    module_name, attr = split_import_path(path)
     module = importlib.import_module(module_name)
     try:
         return getattr(module, attr)

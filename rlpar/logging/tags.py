@@ -15,6 +15,7 @@ GROUPS = (
     ("num_nodes", "workers"),
     ("worker_", "workers"),
     ("env_restarts", "workers"),
+    ("node_loss_restarts", "workers"),
 )
 
 

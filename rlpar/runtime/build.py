@@ -110,6 +110,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         checkpointer=checkpointer,
         progress=ProgressLine(container["total_steps"], enabled=show),
         run_config=container,
+        time_limit_s=container.get("time_limit_s"),
     )
     try:
         if run_directory.claim(run_dir, config=container):

@@ -39,12 +39,15 @@ class Trainer:
         progress=None,
         return_window: int = 20,
         run_config: dict | None = None,
+        time_limit_s: float | None = None,
     ):
         """`run_config`: the resolved config, kept in every checkpoint so that a resume or an
-        evaluation can name what a hand-edited config.yaml changed."""
+        evaluation can name what a hand-edited config.yaml changed. `time_limit_s`: the run is
+        also done after this much training time (its wall time, resumes included)."""
         self.algorithm = algorithm
         self.env_spec = env_spec
         self.total_steps = total_steps
+        self.time_limit_s = time_limit_s
         self.seed = seed
         self.logger = logger
         self.checkpointer = checkpointer
@@ -69,7 +72,7 @@ class Trainer:
 
     @property
     def done(self) -> bool:
-        return self.env_steps >= self.total_steps
+        return self.env_steps >= self.total_steps or (self.time_limit_s is not None and self.wall_time() >= self.time_limit_s)
 
     def wall_time(self) -> float:
         if self._clock_start is None:

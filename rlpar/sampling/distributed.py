@@ -57,6 +57,7 @@ class DistributedSampler(WorkerPoolSampler):
         from rlpar.config.ray_address import ray_address_problem
 
         problems = super().config_problems(config)
+        config.number("parallel.rebalance_interval_s", low=0, optional=True)
         address = config.get("ray.address")
         if address and (problem := ray_address_problem(address)):  # no address: a private instance
             problems.append(f"ray.address: {problem}")
@@ -71,15 +72,24 @@ class DistributedSampler(WorkerPoolSampler):
         cpus_per_worker: float = 0.1,
         cpus_per_learner: float = 0.5,
         object_store_mb: int = 256,
+        rebalance_interval_s: float | None = 5.0,
         **pool_kwargs,
     ):
         """`pool_kwargs`: WorkerPoolSampler's (env_spec, policy_spec, num_workers, envs_per_worker,
-        rollout_length, seed, sync_mode, max_policy_lag and the failure limits)."""
+        rollout_length, seed, sync_mode, max_policy_lag and the failure limits).
+        `rebalance_interval_s`: how often to look for nodes short of their share of the runners
+        (None or 0: never)."""
         super().__init__(name=name, **pool_kwargs)
         self.cpus_per_learner = cpus_per_learner
+        self.cpus_per_worker = cpus_per_worker
+        self.worker_moves = 0
         from rlpar.cluster.connection import RayConnection
 
-        self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb)
+        self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb,
+                                        py_modules=user_modules(self.env_spec) if ray_address else ())
+        # No node can join a private instance: its runs skip the GCS calls of looking.
+        self.rebalance_interval_s = None if self.connection.stops_instance else (rebalance_interval_s or None)
+        self._next_rebalance = time.monotonic() + (self.rebalance_interval_s or 0.0)
         ray = self.ray = self.connection.ray
         # Spread over the nodes; a replacement goes wherever capacity exists, and one that finds
         # none waits, without holding up training, until a node joins. No task events: the GCS
@@ -88,10 +98,9 @@ class DistributedSampler(WorkerPoolSampler):
         from ray.util import get_current_placement_group
 
         self.placement_group = get_current_placement_group()  # a search trial's
-        self.runner_cls = ray.remote(EnvRunner).options(
-            num_cpus=cpus_per_worker, scheduling_strategy=_runner_placement(self.placement_group),
-            enable_task_events=False,
-        )
+        self.runner_options = dict(num_cpus=cpus_per_worker, scheduling_strategy=_runner_placement(self.placement_group),
+                                   enable_task_events=False)
+        self.runner_cls = ray.remote(EnvRunner).options(**self.runner_options)
         self.runners: list = [None] * self.num_workers
         self.locations: list[tuple[str, int] | None] = [None] * self.num_workers
         self.location_refs: dict = {}  # object ref -> starting worker
@@ -103,10 +112,38 @@ class DistributedSampler(WorkerPoolSampler):
 
     def sample(self, weights: dict, version: int) -> Batch:
         self.connection.check()  # first: once the raylet is gone, even putting the weights blocks
+        if self.rebalance_interval_s and time.monotonic() >= self._next_rebalance:
+            self._next_rebalance = time.monotonic() + self.rebalance_interval_s
+            self._rebalance()
         return super().sample(weights, version)
 
-    def _launch(self, worker: int) -> None:
-        self.runners[worker] = self.runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
+    def _rebalance(self) -> None:
+        """Move runners onto nodes that joined (or came back) since they were placed: a replacement
+        goes wherever capacity is at the time, so without this a cluster that loses a node and
+        gets it back would leave the new node idle. Moved runners start fresh (new environment
+        seeds), as replacements do, but are not failures: counted in `worker_moves`."""
+        if self.placement_group is not None or self.starting:  # a trial's group is fixed; wait for the pool to settle
+            return
+        from ray._private.state import available_resources_per_node  # (what Ray Serve's scheduler reads)
+
+        hosts = [n["NodeID"] for n in self.ray.nodes()
+                 if n["Alive"] and n["Resources"].get("CPU", 0) >= self.cpus_per_worker]
+        # Only onto free CPUs: a node others fill would take no runner, and it would be tried again and again.
+        room = {node: int(free.get("CPU", 0) / self.cpus_per_worker + 1e-9)
+                for node, free in available_resources_per_node().items()}
+        for worker, node in plan_moves({w: self.locations[w][0] for w in self.live if self.locations[w]}, hosts, room):
+            self._relaunch(worker, node=node)
+            self.worker_moves += 1
+
+    def _launch(self, worker: int, node: str | None = None) -> None:
+        """On `node` if given (soft: elsewhere if it has no room after all), else spread."""
+        runner_cls = self.runner_cls
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            runner_cls = self.ray.remote(EnvRunner).options(
+                **{**self.runner_options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)})
+        self.runners[worker] = runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
         self.locations[worker] = None
         self.location_refs[self.runners[worker].location.remote()] = worker
 
@@ -237,6 +274,12 @@ class DistributedSampler(WorkerPoolSampler):
             pass  # already gone with its node
         self.runners[worker] = None
 
+    def _lost_with_its_node(self, worker: int) -> bool:
+        location = self.locations[worker]
+        if location is None:  # never came up: its node is unknown
+            return False
+        return not any(n["NodeID"] == location[0] and n["Alive"] for n in self.ray.nodes())
+
     def worker_pids(self) -> list[int | None]:
         return [loc[1] if loc else None for loc in self.locations]
 
@@ -244,7 +287,7 @@ class DistributedSampler(WorkerPoolSampler):
         return len({self.locations[w][0] for w in self.live if self.locations[w]})
 
     def metrics(self) -> dict:
-        metrics = super().metrics()
+        metrics = {**super().metrics(), "worker_moves": self.worker_moves}
         if self.placement_group is not None:  # a search trial: its runners should all be in its group
             group = self.placement_group.id.hex()
             metrics["runners_in_placement_group"] = sum(
@@ -264,6 +307,41 @@ class DistributedSampler(WorkerPoolSampler):
         self.runners, self.inference, self.pending, self.location_refs = [None] * self.num_workers, None, {}, {}
         if hasattr(self, "connection"):
             self.connection.shutdown()
+
+
+def plan_moves(placed: dict[int, str], hosts: list[str], room: dict[str, int] | None = None) -> list[tuple[int, str]]:
+    """(worker, node) moves that leave no host node with fewer than its floor share of the placed
+    runners, taking from the nodes that hold the most; none while every host has its share
+    (uneven counts within one of each other stay as they are). `room`: how many more runners
+    each node has free CPUs for (absent: no limit)."""
+    if not hosts or not placed:
+        return []
+    room = dict(room) if room is not None else {}
+    on_node: dict[str, list[int]] = {node: [] for node in hosts}
+    for worker in sorted(placed):
+        on_node.setdefault(placed[worker], []).append(worker)
+    share = len(placed) // len(hosts)
+    moves = []
+    for node in sorted(hosts, key=lambda n: len(on_node[n])):
+        while len(on_node[node]) < share and room.get(node, len(placed)) > 0:
+            room[node] = room.get(node, len(placed)) - 1
+            fullest = max(on_node, key=lambda n: (len(on_node[n]), n))
+            if len(on_node[fullest]) <= share:
+                return moves
+            worker = on_node[fullest].pop()
+            on_node[node].append(worker)
+            moves.append((worker, node))
+    return moves
+
+
+def user_modules(env_spec) -> list[str]:
+    """The file or package of the environment's `entry_point` when it is the user's own code
+    (not an installed package): shipped to every node of a user's cluster (Ray's `py_modules`),
+    where the launch directory may not exist."""
+    from rlpar.envs.factory import user_module_path
+
+    path = user_module_path(env_spec.entry_point, env_spec.import_dir) if env_spec.entry_point else None
+    return [path] if path else []
 
 
 def _runner_placement(group):

@@ -14,7 +14,8 @@ replaced by a fresh one (new environment seeds), which gets the newest weights o
 request. Its rollout is dropped, never partly used; the round goes on with the healthy workers.
 Replacements start in the background and join a later round once they answer (on a Ray cluster
 they wait for capacity, e.g. a node that joins later). The run stops with `WorkerPoolError` after
-more than `max_worker_restarts` replacements, when fewer than `min_live_workers` are up for
+more than `max_worker_restarts` replacements of failed workers (a worker lost with its cluster
+node is no failure), when fewer than `min_live_workers` are up for
 `start_timeout_s`, or at once when starting fails again and again: `START_ATTEMPTS` times in a
 row for one worker, or that often in all before any worker came up.
 """
@@ -104,6 +105,7 @@ class WorkerPoolSampler(Sampler):
         self.failed_starts = [0] * num_workers  # of each worker since it was last up
         self.any_worker_up = False
         self.worker_restarts = 0
+        self.node_loss_restarts = 0  # of worker_restarts: workers whose node left (not failures)
         self.env_restarts = 0
         self.dropped_batches = 0
         self.last_failure = ""
@@ -180,21 +182,36 @@ class WorkerPoolSampler(Sampler):
             raise failure.stops_run
         self.worker_restarts += 1
         self.last_failure = f"worker {worker}: {failure.reason}"
-        if self.worker_restarts > self.max_worker_restarts:
+        if self._lost_with_its_node(worker):  # no fault of the worker's: not counted toward the limit
+            self.node_loss_restarts += 1
+            log.warning("%s (its node left the cluster); replacing it", self.last_failure)
+            self._relaunch(worker)
+            return
+        failures = self.worker_restarts - self.node_loss_restarts
+        if failures > self.max_worker_restarts:
             raise WorkerPoolError(
-                f"{self.worker_restarts} worker failures, more than parallel.max_worker_restarts="
+                f"{failures} worker failures, more than parallel.max_worker_restarts="
                 f"{self.max_worker_restarts}; last: {self.last_failure}"
             )
         log.warning("%s; replacing it (restart %d of at most %d)", self.last_failure,
-                    self.worker_restarts, self.max_worker_restarts)
+                    failures, self.max_worker_restarts)
+        self._relaunch(worker)
+
+    def _relaunch(self, worker: int, **launch_options) -> None:
+        """Stop worker `worker` and start a fresh one in its place (new environment seeds; its
+        rollout in flight is dropped); it joins a later round once it answers."""
         self.live.discard(worker)
         self.booting.discard(worker)
         self.in_flight.pop(worker, None)
         self._stop(worker)
         self.generation[worker] += 1
         self.sent_version[worker] = None
-        self._launch(worker)
+        self._launch(worker, **launch_options)
         self.starting.add(worker)
+
+    def _lost_with_its_node(self, worker: int) -> bool:
+        """Whether worker `worker` died because the machine it ran on left (a cluster's node)."""
+        return False
 
     def _check_start_failure(self, worker: int, failure: WorkerFailure) -> None:
         """A worker that failed before it ever came up is started again once, twice; more, and
@@ -329,6 +346,7 @@ class WorkerPoolSampler(Sampler):
             **self._metrics,
             "live_workers": len(self.live),
             "worker_restarts": self.worker_restarts,
+            "node_loss_restarts": self.node_loss_restarts,
             "env_restarts": self.env_restarts,
             "num_nodes": self.num_nodes(),
         }
@@ -338,8 +356,10 @@ class WorkerPoolSampler(Sampler):
 
     def state_dict(self) -> dict:
         """Counters only: remote environments are not captured, so resumes start them afresh."""
-        return {"worker_restarts": self.worker_restarts, "env_restarts": self.env_restarts}
+        return {"worker_restarts": self.worker_restarts, "node_loss_restarts": self.node_loss_restarts,
+                "env_restarts": self.env_restarts}
 
     def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
         self.worker_restarts = int(state.get("worker_restarts", 0))
+        self.node_loss_restarts = int(state.get("node_loss_restarts", 0))
         self.env_restarts = int(state.get("env_restarts", 0))

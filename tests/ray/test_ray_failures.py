@@ -64,12 +64,15 @@ def test_killed_env_runner_is_replaced_with_current_weights(cluster, make_cfg, t
         trainer.close()
     assert rows[0]["worker_restarts"] == 1 and rows[0]["batches_this_iter"] == 3  # its rollout dropped
     assert after["batches_this_iter"] == 4 and after["policy_lag_max"] == 0  # it acts with the newest weights
+    assert after["node_loss_restarts"] == 0  # its node is still there: a failure
     assert np.isfinite(after["loss_value"])
 
 
 def test_lost_node_then_new_node(cluster, make_cfg, tmp_path):
     # Two runners fill a 1-CPU node: losing one node leaves no room for replacements until a node joins.
-    trainer = build_trainer(make_cfg(*DISTRIBUTED, "ray.cpus_per_worker=0.5", run_dir=tmp_path / "elastic"))
+    # A limit of one failure: runners lost with their node are not failures.
+    trainer = build_trainer(make_cfg(*DISTRIBUTED, "ray.cpus_per_worker=0.5", "parallel.max_worker_restarts=1",
+                                     run_dir=tmp_path / "elastic"))
     try:
         first = trainer.train()
         assert (first["num_nodes"], first["live_workers"]) == (2, 4)
@@ -81,9 +84,57 @@ def test_lost_node_then_new_node(cluster, make_cfg, tmp_path):
         grown = train_until(trainer, lambda m: m["live_workers"] == 4)
     finally:
         trainer.close()
-    assert shrunk[-1]["worker_restarts"] == 2
+    assert shrunk[-1]["worker_restarts"] == shrunk[-1]["node_loss_restarts"] == 2
     assert grown[-1]["num_nodes"] == 2 and grown[-1]["worker_restarts"] == 2
     assert more[-1]["env_steps"] > shrunk[-1]["env_steps"]
+
+
+def test_runners_move_back_onto_a_node_that_returns(cluster, make_cfg, tmp_path):
+    """A 1-CPU node holds all four 0.25-CPU runners, so a lost node's runners restart on the
+    other one; once a node joins, two of them move there (not failures)."""
+    trainer = build_trainer(make_cfg(*DISTRIBUTED, "ray.cpus_per_worker=0.25", "parallel.rebalance_interval_s=0.5",
+                                     run_dir=tmp_path / "rebalanced"))
+    try:
+        first = train_until(trainer, lambda m: m["num_nodes"] == 2)
+        cluster.command("remove")
+        shrunk = train_until(trainer, lambda m: m["live_workers"] == 4 and m["num_nodes"] == 1)
+        cluster.command("add")
+        grown = train_until(trainer, lambda m: m["num_nodes"] == 2 and m["live_workers"] == 4)
+    finally:
+        trainer.close()
+    assert first[-1]["worker_moves"] == 0 and shrunk[-1]["worker_restarts"] >= 1  # the lost node's runners
+    assert grown[-1]["worker_moves"] == 2 and grown[-1]["worker_restarts"] == shrunk[-1]["worker_restarts"]
+    assert grown[-1]["node_loss_restarts"] == grown[-1]["worker_restarts"]
+    assert grown[-1]["env_steps"] > shrunk[-1]["env_steps"]
+
+
+def test_a_custom_env_module_outside_the_clone_reaches_every_node(cluster, tmp_path):
+    """The module is importable by the driver only (its PYTHONPATH): the cluster's workers, started
+    by raylets that never saw that path, get it through the job's py_modules."""
+    envs = tmp_path / "my_envs"
+    envs.mkdir()
+    (envs / "shifted_cartpole.py").write_text(
+        "from gymnasium.envs.classic_control import CartPoleEnv\n\n\n"
+        "class ShiftedCartPole(CartPoleEnv):\n    pass\n")
+    run_dir = tmp_path / "custom"
+    env = {**os.environ, "PYTHONPATH": str(envs), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    done = subprocess.run(
+        [sys.executable, "main.py", "parallel=distributed", "workers=4", "hardware=cluster",
+         f"ray.address={cluster.address}", "env.entry_point=shifted_cartpole:ShiftedCartPole", "env.id=null",
+         "total_steps=4000", "progress=false", f"hydra.run.dir={run_dir}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] >= 4000 and rows[-1]["worker_restarts"] == 0
+    assert max(row["num_nodes"] for row in rows) == 2
+
+    missing = subprocess.run(
+        [sys.executable, "main.py", "parallel=distributed", "workers=4", "hardware=cluster",
+         f"ray.address={cluster.address}", "env.entry_point=no_such_env_module:Env", "env.id=null"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    named = [line for line in missing.stderr.splitlines() if "no_such_env_module" in line]
+    assert len(named) == 1 and "env.entry_point" in named[0] and "No module named 'no_such_env_module'" in named[0]
 
 
 def test_env_runners_that_can_never_start_stop_the_run_within_seconds(cluster, make_cfg, tmp_path):
