@@ -13,6 +13,8 @@ Both sides, one after the other, alternating, and a table at the end:
 
     .venv/bin/python benchmarks/compare_rllib.py driver --algos impala appo --seeds 0 1 2
     .venv/bin/python benchmarks/compare_rllib.py driver --algos ppo --workers 2 --seeds 0   # throughput, 2 runners
+    .venv/bin/python benchmarks/compare_rllib.py driver --algos ppo --workers 2 --seeds 0 1 2 --until-steps 100000
+        # a 100k-step run on each side, env steps/s counted from launch
 
 RLlib side: the new API stack, `--workers` env runners (default 4), the hyper-parameters of RLlib's
 own tuned examples `rllib/tuned_examples/impala/cartpole_impala.py` and
@@ -133,6 +135,9 @@ def run_rllib(args) -> dict:
         first = first or curve[-1]
         if reached is None and ret is not None and ret >= THRESHOLD:
             reached = curve[-1]
+            if not args.until_steps:
+                break
+        if args.until_steps and steps >= args.until_steps:
             break
         if now - built >= args.budget_s:
             break
@@ -146,6 +151,7 @@ def run_rllib(args) -> dict:
         "build_s": round(built - T0, 3),
         "fps_after_first": (last[2] - first[2]) / span if span > 0 else None,
         "fps_overall": last[2] / last[0],
+        "fps_from_launch": last[2] / last[1],
         "reached": reached is not None,
         "train_s_to_threshold": reached[0] if reached else None,
         "process_s_to_threshold": reached[1] if reached else None,
@@ -212,6 +218,7 @@ def run_rlpar(args) -> dict:
         "startup_s": round(arrivals[0], 3),
         "fps_after_first": (last["env_steps"] - first["env_steps"]) / span if span > 0 else None,
         "fps_overall": last["env_steps"] / last["wall_time_s"],
+        "fps_from_launch": last["env_steps"] / arrivals[-1],
         "reached": hit is not None,
         "train_s_to_threshold": rows[hit]["wall_time_s"] if hit is not None else None,
         "process_s_to_threshold": round(arrivals[hit], 3) if hit is not None else None,
@@ -261,12 +268,13 @@ def run_child(side: str, algo: str, seed: int, args) -> dict:
     if side == "rllib":
         cmd = [args.rllib_python, str(THIS), "rllib", "--algo", algo, "--seed", str(seed), "--workers", str(args.workers),
                "--budget-s", str(args.budget_s), "--cpus-per-env-runner", str(args.cpus_per_env_runner),
-               "--num-learners", str(args.num_learners), "--return-window", str(args.return_window)]
+               "--num-learners", str(args.num_learners), "--return-window", str(args.return_window),
+               "--until-steps", str(args.until_steps)]
         if args.min_iter_s is not None:
             cmd += ["--min-iter-s", str(args.min_iter_s)]
     else:
         cmd = [sys.executable, str(THIS), "rlpar", "--algo", algo, "--seed", str(seed), "--workers", str(args.workers),
-               "--total-steps", str(args.total_steps), "--rlpar-python", args.rlpar_python]
+               "--total-steps", str(args.until_steps or args.total_steps), "--rlpar-python", args.rlpar_python]
     try:
         return result_of(cmd, env=dict(os.environ, BENCH_T0=repr(time.time())))
     except RuntimeError as err:
@@ -288,20 +296,20 @@ def return_at(curve, t):
 
 def table(results: list[dict], budget_s: float) -> str:
     lines = ["| algo | side | seed | start-up s | env steps/s after first result | env steps/s overall "
-             "| 475 reached at (train s / process s / env steps) | return at end (train s, env steps) "
-             "| load before / mean during |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| env steps/s from launch | 475 reached at (train s / process s / env steps) "
+             "| return at end (train s, env steps) | load before / mean during |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['algo']} | {r['side']} | {r['seed']} | error (exit {r.get('returncode')}) "
-                         f"| | | | | {r.get('load_at_start', '-')} / - |")
+                         f"| | | | | | {r.get('load_at_start', '-')} / - |")
             continue
         hit = (f"{r['train_s_to_threshold']:.1f} / {r['process_s_to_threshold']:.1f} / {r['steps_to_threshold']:,}"
                if r["reached"] else f"not reached in {r.get('budget_s', budget_s):.0f} s")
         load_during = statistics.mean(r["load_during"]) if r.get("load_during") else None
         lines.append(
             f"| {r['algo']} | {r['side']} | {r['seed']} | {r['startup_s']:.1f} | {_fmt(r['fps_after_first'])} "
-            f"| {_fmt(r['fps_overall'])} | {hit} | {_fmt(r['final_return'], '.1f')} "
+            f"| {_fmt(r['fps_overall'])} | {_fmt(r.get('fps_from_launch'))} | {hit} | {_fmt(r['final_return'], '.1f')} "
             f"({r['final_train_s']:.1f} s, {r['final_steps']:,}) "
             f"| {r.get('load_at_start', '-')} / {_fmt(load_during, '.2f')} |")
     return "\n".join(lines)
@@ -316,6 +324,10 @@ def ratios(results: list[dict], budget_s: float) -> str:
             out.append(f"{algo}: no ratio (a side has no successful run)")
             continue
         rl_fps = statistics.mean(r["fps_after_first"] for r in rl)
+        rl_launch = statistics.mean(r["fps_from_launch"] for r in rl)
+        out.append(f"{algo}: env steps/s from launch, rlpar/RLlib = "
+                   + ", ".join(f"seed {r['seed']}: {r['fps_from_launch'] / rl_launch:.1f}x" for r in rp)
+                   + f" (RLlib mean {rl_launch:,.0f}/s over {len(rl)} run(s))")
         out.append(f"{algo}: env steps/s after the first result, rlpar/RLlib = "
                    + ", ".join(f"seed {r['seed']}: {r['fps_after_first'] / rl_fps:.1f}x" for r in rp)
                    + f" (RLlib mean {rl_fps:,.0f}/s over {len(rl)} run(s))")
@@ -396,6 +408,9 @@ def main() -> None:
     p.add_argument("--min-iter-s", type=float, default=None,
                    help="RLlib: min_time_s_per_iteration (default: the algorithm's own, 10 s)")
     p.add_argument("--total-steps", type=int, default=300_000, help="rlpar: total_steps")
+    p.add_argument("--until-steps", type=int, default=0,
+                   help="both sides train this many env steps, past 475 (0: RLlib stops at 475); the table's "
+                        "'from launch' column is env steps over seconds from launching the process")
     p.add_argument("--timeout-s", type=float, default=900.0, help="rlpar: kill the run after this long")
     p.add_argument("--rllib-python", default=RLLIB_PYTHON)
     p.add_argument("--rlpar-python", default=RLPAR_PYTHON)

@@ -43,6 +43,7 @@ def main() -> None:
             for unroll in args.unroll:
                 variants[f"compiled, unroll {unroll}"] = gradient_step(
                     algorithm.minibatch_loss, model=algorithm.model, guard=algorithm.step, compiled=True, unroll=unroll)
+                variants[f"compiled, unroll {unroll}"].wait_compiled()  # compiled at its first update, here
             timings = {name: [] for name in variants}
             for name, step in variants.items():  # the first update of each compiles
                 algorithm.gradient_step = step

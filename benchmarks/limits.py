@@ -47,7 +47,7 @@ print(json.dumps({"single": single, "vector8": steps / (time.perf_counter() - st
 
 LEARNER = trainer_probe("""
         batch = algorithm.sampler.sample(algorithm.get_weights(), 0).copy()
-        algorithm.gradient_step.wait_compiled()  # PPO compiles in the background, training eagerly meanwhile
+        algorithm.gradient_step.wait_compiled()  # compile at first use, here (a run steps eagerly until a child has warmed the cache)
         algorithm.update(batch)  # warm-up (and the compile, if any)
         rates = []
         for _ in range(count):  # the median update: a compiled learner pauses once (~0.2 s) early on

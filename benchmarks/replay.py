@@ -4,6 +4,15 @@
 
 Targets: prioritised sample + priority update of 512 from a full 1M buffer <= 1 ms (median);
 inserts >= 1M transitions/s. One thread: the learner's process does this between updates.
+
+    .venv/bin/python benchmarks/replay.py --atari [--capacity 1000000] [--fill 100000] [--n-step 1]
+
+Atari's replay (4 stacked 84x84 uint8 frames, rlpar.replay.frames: each frame stored once): a
+replay of `--capacity` built as DQN builds it, filled with `--fill` transitions from an n-step
+writer fed rollouts of 8 environments x 32 steps whose stacks shift and reset as
+FrameStackObservation's do (random frames, episodes of 50-400 steps); the process's RSS before
+and after (the replay's own memory), insert and sample speed. Target: 100k transitions in
+under 1 GB of RSS.
 """
 
 import argparse
@@ -47,13 +56,93 @@ def median_us(fn, repeats):
     return 1e6 * float(np.median(times))
 
 
+def rss_bytes() -> int:
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmRSS:"))
+
+
+def atari_rollouts(rng, *, num_envs=8, length=32, stack=4, side=84):
+    """Endless rollouts laid out as rlpar's RolloutWorker gives them: obs before each step (the
+    stacks FrameStackObservation makes: shifted by one frame a step, an episode's first stack
+    its reset frame 4 times), valid False on the autoreset step after an episode's end."""
+    frame = side * side
+    stacks = np.repeat(rng.integers(0, 256, (num_envs, 1, frame), dtype=np.uint8), stack, axis=1)
+    left = rng.integers(50, 400, num_envs)  # steps to the episode's end
+    pending = np.zeros(num_envs, bool)
+    while True:
+        obs = np.empty((length, num_envs, stack * frame), np.uint8)
+        valid, ended = np.empty((length, num_envs), bool), np.zeros((length, num_envs), bool)
+        for t in range(length):
+            obs[t], valid[t] = stacks.reshape(num_envs, -1), ~pending
+            new = rng.integers(0, 256, (num_envs, frame), dtype=np.uint8)
+            stacks = np.concatenate([stacks[:, 1:], new[:, None]], axis=1)
+            stacks[pending] = np.repeat(new[pending][:, None], stack, axis=1)  # the autoreset step's reset stack
+            left[pending] = rng.integers(50, 400, pending.sum())
+            left -= ~pending
+            ended[t] = ~pending & (left <= 0)
+            pending = ended[t].copy()
+        yield dict(obs=obs, actions=rng.integers(0, 4, (length, num_envs)), rewards=np.zeros((length, num_envs), np.float32),
+                   terminated=ended, truncated=np.zeros_like(ended), valid=valid, env_ids=np.arange(num_envs),
+                   last_obs=stacks.reshape(num_envs, -1).copy())
+
+
+def atari(args):
+    from rlpar.envs.spaces import describe_observation_space
+    from rlpar.replay import NStepWriter
+    from rlpar.replay.frames import replay_storage
+    from rlpar.replay.settings import ReplaySettings
+    from rlpar.replay.shard import transition_fields
+
+    import gymnasium as gym
+
+    observation = describe_observation_space(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    settings = ReplaySettings(capacity=args.capacity, frames=not args.whole_stacks)
+    stack = settings.frame_stack(observation)
+    fields = transition_fields(observation.obs_dim, observation.obs_dtype)
+    estimate = args.capacity * ReplaySettings.bytes_per_transition(
+        observation.obs_dim, observation.obs_dtype, image_shape=observation.image_shape, frames=settings.frames)
+    print(f"layout: {'frames once' if stack else 'whole stacks'}; memory estimate for capacity={args.capacity}: "
+          f"{estimate / 2**30:.2f} GiB")
+    rng = np.random.default_rng(0)
+    rollouts = atari_rollouts(rng)
+    writer = NStepWriter(n=args.n_step, gamma=0.99)
+    chunks = [writer.add(**next(rollouts)) for _ in range(-(-args.fill // 256) + 8)]  # made before measuring
+    before = rss_bytes()
+    storage = replay_storage(capacity=args.capacity, fields=fields, stack=stack,
+                             frames_per_transition=settings.frames_per_transition)
+    names = list(storage.fields)
+    filled, spent = 0, 0.0
+    for chunk in chunks:
+        if filled >= args.fill:
+            break
+        start = time.perf_counter()
+        storage.add({name: chunk[name] for name in names})
+        spent += time.perf_counter() - start
+        filled += len(chunk["actions"])
+    after = rss_bytes()
+    print(f"filled: {filled} transitions; replay RSS: {(after - before) / 2**20:.0f} MiB "
+          f"({(after - before) / filled:.0f} B per transition)")
+    if stack:
+        print(f"frames stored: {storage.frames_stored} ({storage.frames_stored / filled:.3f} per transition)")
+    print(f"insert: {filled / spent:.3g} transitions/s")
+    sampler = UniformSampler(seed=0)
+    print(f"uniform sample + get batch={args.sample_batch}: "
+          f"{median_us(lambda: storage.get(sampler.sample(batch_size=args.sample_batch, size=storage.size)[0]), args.repeats):.0f} us")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--insert-batch", type=int, default=1024)
     parser.add_argument("--sample-batch", type=int, default=512)
+    parser.add_argument("--atari", action="store_true", help="Atari's replay: RSS after --fill transitions")
+    parser.add_argument("--fill", type=int, default=100_000)
+    parser.add_argument("--n-step", type=int, default=1)
+    parser.add_argument("--whole-stacks", action="store_true", help="with --atari: algo.replay.frames=false")
     args = parser.parse_args()
+    if args.atari:
+        return atari(args)
     capacity, insert_batch, batch = args.capacity, args.insert_batch, args.sample_batch
     rng = np.random.default_rng(0)
 

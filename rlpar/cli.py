@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from rlpar import interrupts
+from rlpar.logging import startup
 
 LOADER_THREAD = "rlpar-import"
 COMMANDS = ("train", "config", "evaluate", "report")
@@ -180,6 +181,7 @@ def run_job(cfg) -> float | None:
     from rlpar.runtime.resume import config_for_resume
 
     interrupts.stop_on_signals()  # SIGTERM: the same clean stop as Ctrl-C
+    startup.mark("python, imports and composing the config" if startup.start_job() else "composing the config")
     hydra_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         preset, overrides = None, []
@@ -197,6 +199,7 @@ def run_job(cfg) -> float | None:
         if problem := _run_dir_refusal(cfg, new_run=new_run):  # at once, before the slower validation
             raise run_lock.RunDirInUseError(problem)
         env_probe = validate_config(cfg)  # every problem at once, before anything slow is imported or started
+        startup.mark("validating it")
         run_lock.acquire(cfg.run_dir, new_run=new_run)  # before Ray boots
         if Path(cfg.run_dir).resolve() != hydra_dir.resolve():
             _remove_if_empty(hydra_dir)  # now: a run killed later must not leave Hydra's empty folder behind
@@ -209,6 +212,8 @@ def run_job(cfg) -> float | None:
             return best.get("final")
         _load_rlpar_while_ray_starts(cfg)
         from rlpar.runtime.run import run
+
+        startup.mark("importing torch and the trainer (and booting Ray, for a private instance)")
 
         final = run(cfg, validated=True, env_probe=env_probe)
     except ConfigError as err:
@@ -289,15 +294,11 @@ def _load_rlpar_while_ray_starts(cfg) -> None:
 
 
 def _leave_past_background_torch(code) -> None:
-    """A run that ends while a thread still works in torch leaves at once, everything else being
-    closed: the interpreter's normal shutdown would tear torch down under it (an abort under a
-    compile, a traceback under an import). Such a thread is the learner compiling in the
-    background (a short or interrupted run; waiting could take half a minute), or the import of
-    rlpar's trainer while Ray boots (a run interrupted twice then)."""
-    compiled = sys.modules.get("rlpar.learning.compiled")  # not (yet) imported: nothing compiles
-    compiling = getattr(compiled, "compiling_in_background", lambda: False)()
+    """A run that ends while the import of rlpar's trainer still runs in a thread (Ray booted
+    meanwhile, and the run was interrupted twice) leaves at once, everything else being closed:
+    the interpreter's normal shutdown would tear torch down under that import."""
     importing = any(thread.name == LOADER_THREAD and thread.is_alive() for thread in threading.enumerate())
-    if compiling or importing:
+    if importing:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else int(code is not None))

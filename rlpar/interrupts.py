@@ -102,25 +102,6 @@ def _stopping() -> bool:
 
 
 _held_blocks: list = []  # the HeldInterrupts blocks under way, innermost last
-_failure_checks: list = []  # callables: why the run cannot go on (no signal says so), or None
-
-
-def add_failure_check(check) -> None:
-    """Register `check()`, cheap, returning why the run cannot go on or None (e.g. the private Ray
-    instance lost its raylet): see `failing`."""
-    _failure_checks.append(check)
-
-
-def remove_failure_check(check) -> None:
-    if check in _failure_checks:
-        _failure_checks.remove(check)
-
-
-def failing() -> bool:
-    """Whether a registered check says the run cannot go on. The error itself is raised where the
-    run next looks (the sampler, at a safe point); a wait that can be cut short, as a signal
-    cuts it (the learner's compile), ends at once, so the stop is not held up behind it."""
-    return any(check() for check in _failure_checks)
 
 
 def stop_requested() -> bool:

@@ -73,7 +73,8 @@ class A2C(Algorithm):
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps,
-                                        precision=precision, recurrent=self.model.recurrent)
+                                        precision=precision, recurrent=self.model.recurrent,
+                                        images=bool(getattr(policy_spec, "image_shape", ())))
         self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True)

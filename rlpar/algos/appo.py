@@ -91,7 +91,8 @@ class APPO(Algorithm):
         self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
-                                        precision=precision, recurrent=self.model.recurrent)
+                                        precision=precision, recurrent=self.model.recurrent,
+                                        images=bool(getattr(policy_spec, "image_shape", ())))
         self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]

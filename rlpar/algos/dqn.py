@@ -90,7 +90,8 @@ class DQN(ReplayLearner):
         self.target_update_every, self.tau, self.double_q = target_update_every, tau, double_q
         self.epsilon_start, self.epsilon_end, self.exploration_steps = epsilon_start, epsilon_end, exploration_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
-                                        precision=precision, recurrent=self.recurrent)
+                                        precision=precision, recurrent=self.recurrent,
+                                        images=bool(getattr(policy_spec, "image_shape", ())))
         loss = self.sequence_loss if self.recurrent else self.minibatch_loss
         self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled)
 

@@ -77,7 +77,8 @@ class IMPALA(Algorithm):
         self.batches_per_update = batches_per_update
         batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps,
-                                        precision=precision, recurrent=self.model.recurrent)
+                                        precision=precision, recurrent=self.model.recurrent,
+                                        images=bool(getattr(policy_spec, "image_shape", ())))
         self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True)
 

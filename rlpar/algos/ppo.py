@@ -21,7 +21,6 @@ from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.sequences import (evaluate_steps, piece_count, pieces_per_minibatch, sequence_stats, take_pieces,
                                      valid_steps)
-from rlpar.sampling.batch import batch_layout
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "returns")
@@ -79,7 +78,8 @@ class PPO(Algorithm):
         self.value_norm = getattr(self.model, "value_normalizer", None) is not None
         self.rng = np.random.default_rng([seed, 2])
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size,
-                                        precision=precision, recurrent=self.model.recurrent)
+                                        precision=precision, recurrent=self.model.recurrent,
+                                        images=bool(getattr(policy_spec, "image_shape", ())))
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
@@ -87,16 +87,6 @@ class PPO(Algorithm):
         whole_batch = batch_steps <= minibatch_size
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=whole_batch, unroll=1 if whole_batch else 4)
-        if self.compiled:
-            self.gradient_step.compile_in_background(self.example_minibatches())
-
-    def example_minibatches(self) -> dict:
-        """Zeros shaped like the minibatches a compiled step takes, to compile ahead of them
-        (each its own tensor: the compiled graph is specialised on which inputs alias)."""
-        layout = batch_layout(self.policy_spec, self.gradient_step.unroll, self.minibatch_size)
-        sources = {"obs": "obs", "actions": "actions", "old_logp": "logp", "old_values": "values", "advantages": "values",
-                   "returns": "values", "behaviour_weights": "values"}
-        return {name: torch.from_numpy(np.zeros(*layout[source])) for name, source in sources.items()}
 
     def training_step(self) -> StepResult:
         # non_blocking: the workers sample on while the learner updates, and an update still

@@ -20,7 +20,7 @@ from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
 from rlpar.replay.settings import ReplaySettings
 from rlpar.replay.shard import transition_fields
-from rlpar.replay.storage import RingStorage
+from rlpar.replay.frames import replay_storage
 
 
 class ReplayLearner(Algorithm):
@@ -51,18 +51,22 @@ class ReplayLearner(Algorithm):
     def build_replay(self) -> None:
         """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
         fields = transition_fields(self.policy_spec.obs_dim, self.policy_spec.obs_dtype, self.replay_action_size())
-        self.use_replay(fields, NStepWriter(n=self.n_step, gamma=self.gamma))
+        self.use_replay(fields, NStepWriter(n=self.n_step, gamma=self.gamma),
+                        frame_stack=self.replay_settings.frame_stack(self.policy_spec))
 
     def replay_action_size(self) -> int:
         """0: actions are indices; else the dimensions of a Box action (transition_fields)."""
         action = self.policy_spec.action
         return 0 if action.discrete else action.size
 
-    def use_replay(self, fields: dict, writer) -> None:
+    def use_replay(self, fields: dict, writer, frame_stack: int = 0) -> None:
+        """`frame_stack` > 0: observations are stacks of that many frames, each stored once
+        (rlpar.replay.frames)."""
         replay = self.replay_settings
         capacity = max(replay.capacity // self.steps_per_item, 1)
         self.writer = writer
-        self.storage = RingStorage(capacity=capacity, fields=fields)
+        self.storage = replay_storage(capacity=capacity, fields=fields, stack=frame_stack,
+                                      frames_per_transition=replay.frames_per_transition)
         if replay.prioritized:
             self.replay = PrioritizedSampler(capacity=capacity, alpha=replay.alpha, beta_start=replay.beta_start,
                                              beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)
@@ -120,6 +124,7 @@ class ReplayLearner(Algorithm):
         if count:
             indices = self.storage.add({name: items[name] for name in self.storage.fields})
             self.replay.on_insert(indices)  # uniform sampling: a no-op
+            self.replay.forget(self.storage.take_lost())  # items whose frames were overwritten (rlpar.replay.frames)
         self.inserted += count
         return count
 
@@ -189,7 +194,8 @@ class ReplayLearner(Algorithm):
         return slots, weights, self.storage.get(slots)
 
     def report_priorities(self, slots, td_errors) -> None:
-        self.replay.update_priorities(slots, td_errors)  # uniform sampling: a no-op
+        kept = self.storage.intact(slots)  # a lost item stays forgotten
+        self.replay.update_priorities(slots[kept], np.asarray(td_errors)[kept])  # uniform sampling: a no-op
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:

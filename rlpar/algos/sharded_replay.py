@@ -95,7 +95,8 @@ class ShardedReplay:
                     obs_dtype=self.policy_spec.obs_dtype, action_size=self.replay_action_size(),
                     alpha=replay.alpha if replay.prioritized else 0.0, beta_start=replay.beta_start,
                     beta_end=replay.beta_end, beta_steps=max(self.beta_steps // self.num_shards, 1),
-                    seed=self.seed + 1000 * index, rate_limiter=self.rate_limiter)
+                    seed=self.seed + 1000 * index, rate_limiter=self.rate_limiter,
+                    frame_stack=replay.frame_stack(self.policy_spec), frames_per_transition=replay.frames_per_transition)
 
     def shard_lost(self, index: int, kept: None) -> None:
         """A shard that died starts again empty; actors receive its new address with the next

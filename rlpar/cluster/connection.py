@@ -16,7 +16,7 @@ from pathlib import Path
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
 from rlpar.cluster.errors import RayInstanceLostError
 from rlpar.cluster.ray_messages import quiet_expected_warnings
-from rlpar.interrupts import HeldInterrupts, add_failure_check, remove_failure_check, shielded
+from rlpar.interrupts import HeldInterrupts, shielded
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent
@@ -238,7 +238,6 @@ class PrivateInstance:
         self.vital = {name: info.process for name in VITAL_PROCESSES
                       for info in getattr(node, "all_processes", {}).get(name, [])}  # Popen: children of this process
         self.note_processes()
-        add_failure_check(self.lost)  # a wait the learner may be in (its compile) ends at once
 
     def lost(self) -> str | None:
         """Why the instance cannot go on (its GCS or raylet has exited), or None. A few
@@ -270,7 +269,6 @@ class PrivateInstance:
     def stop(self, *, grace_s: float = 1.0) -> None:
         """ray.shutdown(), then SIGTERM and, after `grace_s`, SIGKILL for any of the instance's
         processes still running (psutil checks each is still the same process, not a reused pid)."""
-        remove_failure_check(self.lost)
         with shielded():  # a second Ctrl-C here left Ray half shut down
             self.note_processes()
             if self.lost():

@@ -9,7 +9,7 @@ defines `config_problems` (then it is imported). Nothing here names a component 
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 from hydra.utils import get_class
@@ -364,6 +364,11 @@ def _memory_problem(c: ConfigView, observation, action_size: int, vectorization:
     capacity = c.get("algo.replay.capacity") if "replay" in (_learner_keys(c) or ()) else 0
     replay = c.component("algo.replay._target_") if isinstance(capacity, int) and capacity > 0 else None
     bytes_per_transition = getattr(replay, "bytes_per_transition", None)
+    if bytes_per_transition is not None:  # the replay's layout: whole rows, or image stacks' frames once
+        layout = {key: c.get(f"algo.replay.{key}") for key in ("frames", "frames_per_transition")}
+        bytes_per_transition = partial(
+            bytes_per_transition, image_shape=observation.image_shape, channels_last=observation.channels_last,
+            **{key: value for key, value in layout.items() if value is not None})
     processes, process_bytes = _worker_processes_here(c, workers)
     object_store = c.get("ray.object_store_mb") if processes and _worker_process_kind(c) == "ray" else 0
     estimate = estimated_memory_bytes(

@@ -17,11 +17,12 @@ from typing import Any
 import gymnasium as gym
 
 from rlpar.envs.atari import atari_problem, ensure_registered, is_ale_id, make_atari_kwargs, wrap_ale
+from rlpar.envs.envpool_vector import envpool_problem, make_envpool_vector_env
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
 from rlpar.envs.recovering import RecoveringEnv
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
 
-VECTORIZATION_MODES = ("auto", "native", "sync")
+VECTORIZATION_MODES = ("auto", "native", "sync", "envpool")  # envpool: rlpar/envs/envpool_vector.py
 ENV_KINDS = ("gymnasium", "pettingzoo")  # env.kind: single-agent Gymnasium, or multi-agent PettingZoo
 API_MODES = ("auto", "gymnasium", "old_gym")
 
@@ -160,6 +161,8 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     """Return a one-line problem description, or None when the environment can be built."""
     if spec.kind == "pettingzoo":
         return None  # its module or function is imported by the probe, which names what fails
+    if spec.entry_point and spec.vectorization == "envpool":
+        return envpool_problem(spec, make_env)
     if spec.entry_point:
         try:
             import_object(spec.entry_point, spec.import_dir)
@@ -182,7 +185,9 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     if is_ale_id(spec.id) and spec.vectorization == "native":
         return ("env.vectorization: native is not offered for ale-py ids (ale-py's AtariVectorEnv preprocesses "
                 "on its own terms, unlike env.atari); use auto or sync")
-    return atari_problem(spec) if spec.atari is not None else None
+    if spec.atari is not None and (problem := atari_problem(spec)):
+        return problem
+    return envpool_problem(spec, make_env) if spec.vectorization == "envpool" else None
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
@@ -237,15 +242,20 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     batches identical however environments are split over workers; Gymnasium's own native
     envs share one generator and are reproducible only for a fixed split.
 
-    Both kinds use Gymnasium's next-step autoreset: the step after an episode ends is a
-    reset step whose action is ignored (the rollout marks it invalid). Environments stepped one
+    `envpool` steps Atari and MuJoCo ids in one EnvPool per worker (envpool_vector.py, where
+    its semantics differ from the Gymnasium path's).
+
+    All use Gymnasium's next-step autoreset: the step after an episode ends is a reset step
+    whose action is ignored (the rollout marks it invalid). Environments stepped one
     by one (`sync`) are rebuilt when they raise (recovering.py); an exception inside a native
-    vector env fails its worker, which the multiprocess and Ray samplers replace. Environments
-    that fail for good, or return what their spaces do not declare, stop the run
+    vector env or an EnvPool fails its worker, which the multiprocess and Ray samplers replace.
+    Environments that fail for good, or return what their spaces do not declare, stop the run
     (EnvironmentFailedError) on every sampler.
     """
     if spec.kind == "pettingzoo":
         return multi_agent_vector_env(spec, num_envs)
+    if vector_mode(spec) == "envpool":
+        return make_envpool_vector_env(spec, num_envs)
     if vector_mode(spec) == "native":
         if _has_seeded_native(spec):
             env_cls, limit = SEEDED_NATIVE[spec.id]

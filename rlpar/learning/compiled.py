@@ -6,10 +6,10 @@ eager torch spends the rest dispatching ~150 small ops; one graph saves most of 
 (figures: docs/benchmarks.md, "Compiled learner"; `benchmarks/learner_step.py`).
 
 Compile cost: seconds from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
-(TORCHINDUCTOR_CACHE_DIR, if you set none), tens of seconds cold, once per machine and shape. PPO
-compiles after its first (eager) update, in a thread the learner waits for without touching
-torch meanwhile, so that a signal still stops the run at once; the others compile on their first
-step. `auto` compiles only runs long enough to win even cold.
+(TORCHINDUCTOR_CACHE_DIR, if you set none), tens of seconds cold, once per machine and shape. So
+no run waits for a cold compile: the learner steps eagerly while a forked child compiles and
+fills the cache (`WarmCompile`), then compiles from the cache. `auto` compiles only runs long
+enough to win.
 
 The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
@@ -22,8 +22,10 @@ float32's, with no autocast and no loss scaler in its graph.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
-import threading
+import signal
+import sys
 from pathlib import Path
 
 import torch
@@ -33,35 +35,17 @@ from rlpar.learning.step import GuardedStep
 
 AUTO_MIN_GRADIENT_STEPS = 100_000
 CACHE_DIR = Path.home() / ".cache" / "rlpar" / "inductor"
-COMPILE_THREAD = "rlpar-compile"
-
-
-def _compile_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name == COMPILE_THREAD]
-
-
-def compiling_in_background() -> bool:
-    """Whether a background compile is still running. The interpreter must not shut down under
-    one (torch aborts in C++ when its static state is torn down mid-compile): a script's exit
-    waits for it (atexit), and main.py, once everything is closed, leaves with os._exit."""
-    return any(thread.is_alive() for thread in _compile_threads())
-
-
-@atexit.register
-def _wait_for_background_compiles() -> None:
-    for thread in _compile_threads():
-        thread.join()
 
 
 def compile_setting(setting: str | bool, *, expected_gradient_steps: int, precision: str = "fp32",
-                    recurrent: bool = False) -> bool:
+                    recurrent: bool = False, images: bool = False) -> bool:
     """Whether to compile: `true`, `false`, or `auto` (by the run's expected gradient steps);
     never with a precision other than fp32 (see above), nor for a recurrent model, whose steps
     unroll a loop over a sequence of varying valid steps."""
     if precision != "fp32" or recurrent:
         return False
-    if setting == "auto":
-        return expected_gradient_steps >= AUTO_MIN_GRADIENT_STEPS
+    if setting == "auto":  # a CNN's step is its convolutions: compiled, no faster here (docs/benchmarks.md)
+        return expected_gradient_steps >= AUTO_MIN_GRADIENT_STEPS and not images
     return bool(setting)
 
 
@@ -79,7 +63,150 @@ def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compil
         return EagerStep(loss_fn, guard=guard)
     if isinstance(guard.optimizer, LeanAdam):
         return CompiledStep(loss_fn, model=model, guard=guard, dynamic=dynamic, unroll=unroll)
-    return EagerStep(torch_compile(loss_fn, dynamic=dynamic), guard=guard)
+    return EagerStep(_WarmLoss(loss_fn, dynamic=dynamic, device=next(model.parameters()).device), guard=guard)
+
+
+class WarmCompile:
+    """A torch.compile'd function that is compiled first in a forked child, which leaves the
+    compiled graphs in Inductor's on-disk cache, while the caller goes on with its eager twin
+    (`ready` is False); once the child is done, the first call here compiles from that cache.
+
+    A child rather than a thread: PyTorch's compiler is not thread-safe (pytorch/pytorch#105943,
+    #118260; full test runs crashed in Dynamo's tracing while a compile thread traced and the
+    main thread trained). The child is a fork, so it compiles the very function, inputs and
+    state the caller has, on its own copy of them. One child at a time (the cores are the
+    learner's and the workers'). CUDA cannot be used in a forked child: on a GPU, and after
+    `in_process`, the first call compiles here and waits."""
+
+    def __init__(self, fn, *, device: torch.device):
+        self.fn = fn
+        self.device = torch.device(device)
+        self.in_process = False
+        self.state = "new"  # new -> warming -> ready, or failed (eager for the rest of the run)
+        self.child: _WarmChild | None = None
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def ready(self, args: tuple = (), kwargs: dict | None = None) -> bool:
+        """Whether to call the compiled function now; the first call starts the warm-up, on
+        `args` and `kwargs` (those of the call the caller then makes eagerly)."""
+        if self.state == "warming":
+            self._poll()
+        elif self.state == "new":
+            if self.in_process or self.device.type != "cpu":
+                self.state = "ready"
+            elif not _WarmChild.running:
+                self.child = _WarmChild.start(self.fn, args, kwargs or {})
+                self.state = "warming"
+        return self.state == "ready"
+
+    def _poll(self) -> None:
+        outcome = self.child.outcome()
+        if outcome is None:
+            return
+        self.child = None
+        if outcome == "":
+            self.state = "ready"
+        else:
+            self.state = "failed"
+            print(f"rlpar: the compile failed in its warm-up process ({outcome}); the learner stays eager",
+                  file=sys.stderr, flush=True)
+
+
+class _WarmLoss:
+    """A loss compiled alone (optimisers other than LeanAdam), eager until its compile is warm."""
+
+    def __init__(self, loss_fn, *, dynamic: bool, device: torch.device):
+        self.eager = loss_fn
+        self.compiled = WarmCompile(torch_compile(loss_fn, dynamic=dynamic), device=device)
+
+    def __call__(self, **minibatch):
+        return (self.compiled if self.compiled.ready((), minibatch) else self.eager)(**minibatch)
+
+
+class _WarmChild:
+    """A forked process that calls a compiled function once (and backward through its loss, for
+    a compiled loss: AOTAutograd compiles the backward graph at the first backward), then
+    exits. It dies with its parent, ignores the parent's signal handlers, and says why it
+    failed through a pipe."""
+
+    running: dict[int, "_WarmChild"] = {}
+
+    def __init__(self, pid: int, reader: int):
+        self.pid, self.reader = pid, reader
+
+    @classmethod
+    def start(cls, fn, args: tuple, kwargs: dict) -> "_WarmChild":
+        reader, writer = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(reader)
+            _warm_up(fn, args, kwargs, writer, parent=os.getppid())
+        os.close(writer)
+        child = cls(pid, reader)
+        cls.running[pid] = child
+        return child
+
+    def outcome(self) -> str | None:
+        """None while it runs; then "" (compiled) or why it failed."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: whether it compiled is unknown
+            self.stop()
+            return "its exit status was lost"
+        if pid == 0:
+            return None
+        del self.running[self.pid]
+        with os.fdopen(self.reader, "rb") as pipe:
+            message = pipe.read().decode(errors="replace").strip()
+        code = os.waitstatus_to_exitcode(status)
+        return "" if code == 0 else message or f"exit code {code}"
+
+    def stop(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        os.close(self.reader)
+        self.running.pop(self.pid, None)
+
+
+def _warm_up(fn, args: tuple, kwargs: dict, writer: int, *, parent: int) -> None:
+    code = 1
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:  # forked from a thread other than the main one: it had none
+            pass
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        out = fn(*args, **kwargs)
+        loss = out[0] if isinstance(out, tuple) else out
+        if isinstance(loss, torch.Tensor) and loss.requires_grad:
+            loss.backward()
+        code = 0
+    except BaseException as err:  # noqa: BLE001 - reported by the parent
+        os.write(writer, f"{type(err).__name__}: {err}"[:2000].encode())
+    finally:
+        os._exit(code)
+
+
+@atexit.register
+def stop_background_compiles() -> None:
+    """Stop the warm-up children still compiling (a run that ends before its compile is warm)."""
+    for child in list(_WarmChild.running.values()):
+        child.stop()
 
 
 def _count(minibatches: dict) -> int:
@@ -148,64 +275,16 @@ class CompiledStep:
         self.loss_call = _LossCall(model, loss_fn)
         self.lr = torch.tensor(0.0)
         self.finite_flags: list[torch.Tensor] = []
-        self.compiled = torch_compile(self._step, dynamic=dynamic)
+        device = next(model.parameters()).device
+        self.compiled = WarmCompile(torch_compile(self._step, dynamic=dynamic), device=device)
         self.unroll = unroll
-        self.compiled_many = torch_compile(self._steps, dynamic=dynamic)
+        self.compiled_many = WarmCompile(torch_compile(self._steps, dynamic=dynamic), device=device)
         self.eager = EagerStep(loss_fn, guard=guard)
-        self._compiling: threading.Thread | None = None
-        self._compile_error: BaseException | None = None
-        self._pending_example: dict | None = None
-
-    def compile_in_background(self, example: dict) -> None:
-        """Compile for minibatches like `example` (tensors with a leading dimension of `unroll`),
-        on copies of the state, once the first update's steps are done (`settle`): a run's first
-        update is never delayed by its compile.
-
-        The compile runs in a thread, and `settle` waits for it: the main thread does no torch
-        work and no sampling meanwhile, only watches for a signal (`interrupts.interrupted`),
-        so that Ctrl-C or SIGTERM stops the run at once rather than after the compile. PyTorch's
-        compiler is not thread-safe (pytorch/pytorch#105943, #118260): two full test runs crashed
-        (segmentation faults in Dynamo's tracing, test_signals.py) while the compile traced and
-        the main thread went on training eagerly and sampling through Ray, once during the first
-        update and once during the second."""
-        self._pending_example = example
-
-    def _start_compile(self) -> None:
-        example, self._pending_example = self._pending_example, None
-
-        def compile_now():
-            try:
-                params = [p.detach().clone() for p in self.model.parameters()]
-                opt = self.optimizer
-                state = [[t.clone() for t in group] for group in (opt.exp_avgs, opt.exp_avg_sqs, opt.steps)]
-                inputs = (params, *state, torch.tensor(0.0), self.guard.max_grad_norm)
-                self.compiled_many(*inputs, example)
-                self.compiled(*inputs, _one(example, 0))  # for leftover minibatches
-            except BaseException as err:  # noqa: BLE001 - re-raised by the first step
-                self._compile_error = err
-
-        self._compiling = threading.Thread(target=compile_now, name=COMPILE_THREAD, daemon=True)
-        self._compiling.start()
 
     def wait_compiled(self) -> None:
-        """Compile now if it has not started, and wait (tests and benchmarks time the compiled step)."""
-        if self._pending_example is not None:
-            self._start_compile()
-        if self._compiling is not None:
-            self._compiling.join()
-        self._compiled_ready()
-
-    def _compiled_ready(self) -> bool:
-        """False until the background compile is done; raises what it raised, once done."""
-        if self._pending_example is not None:
-            return False
-        if self._compiling is not None:
-            if self._compiling.is_alive():
-                return False
-            self._compiling = None
-            if self._compile_error is not None:
-                raise self._compile_error
-        return True
+        """From now on, compile in this process at first use, and wait (tests and benchmarks time
+        the compiled step)."""
+        self.compiled.in_process = self.compiled_many.in_process = True
 
     def _loss(self, params: list[torch.Tensor], minibatch: dict):
         loss, parts = torch.func.functional_call(self.loss_call, dict(zip(self.names, params)), (minibatch,))
@@ -244,41 +323,29 @@ class CompiledStep:
         return params, opt.exp_avgs, opt.exp_avg_sqs, opt.steps, self.lr, self.guard.max_grad_norm
 
     def __call__(self, **minibatch) -> tuple:
-        if not self._compiled_ready():
+        inputs = (*self._inputs(), minibatch)
+        if not self.compiled.ready(inputs):
             return self.eager(**minibatch)
-        outputs, finite = self.compiled(*self._inputs(), minibatch)
+        outputs, finite = self.compiled(*inputs)
         self.finite_flags.append(finite)
         return outputs
 
     def steps(self, **minibatches) -> tuple:
         """Gradient steps on `minibatches` (a leading dimension of minibatches), the outputs
         stacked: `unroll` at a time in one graph, the rest one by one."""
-        if not self._compiled_ready():
-            return self.eager.steps(**minibatches)
         if _count(minibatches) != self.unroll:
             return _one_by_one(self, minibatches)
-        outputs, finite = self.compiled_many(*self._inputs(), minibatches)
+        inputs = (*self._inputs(), minibatches)
+        if not self.compiled_many.ready(inputs):
+            return self.eager.steps(**minibatches)
+        outputs, finite = self.compiled_many(*inputs)
         self.finite_flags.extend(finite.unbind(0))
         return outputs
 
     def settle(self) -> None:
-        """Count the non-finite steps since the last call (one device sync per update); after
-        the first update, compile if a compile is waiting, and wait for it (see
-        `compile_in_background`)."""
+        """Count the non-finite steps since the last call (one device sync per update)."""
         if self.finite_flags:
             flags = torch.stack(self.finite_flags).tolist()
             self.finite_flags.clear()
             for finite in flags:
                 self.guard.count(finite)
-        if self._pending_example is not None:
-            self._start_compile()
-            self._wait_unless_interrupted()
-
-    def _wait_unless_interrupted(self) -> None:
-        """Wait for the compile thread, or until a signal asks the run to stop or the run cannot
-        go on (steps then stay eager, and main.py leaves past the still-compiling thread with
-        os._exit)."""
-        from rlpar.interrupts import failing, interrupted
-
-        while self._compiling.is_alive() and not interrupted() and not failing():
-            self._compiling.join(0.05)

@@ -70,8 +70,8 @@ class ActorQSpec(NetworkFields):
             raise ValueError("an actor_q model is an MLP for vector observations")
         if self.recurrent is not None:
             raise ValueError("an actor_q model is feed-forward (model.recurrent=null)")
-        if self.acting not in ("auto", "numpy"):
-            raise ValueError("an actor_q model acts with its numpy copy (model.acting=numpy)")
+        if self.acting not in ("auto", "numpy", "numpy32"):
+            raise ValueError("an actor_q model acts with its numpy copy (model.acting=numpy, or numpy32 for float32)")
         if self.normalize_obs:
             raise ValueError("normalize_obs: an actor_q model learns from raw replayed observations (use false)")
         if not 0.0 <= self.noise_correlation < 1.0:
@@ -85,8 +85,8 @@ class ActorQSpec(NetworkFields):
         return ActorQ(self)
 
     def acting_policy(self, env_ids=None):
-        """The actor alone, in numpy; its noise scale (one, or one per environment of the run:
+        """The actor alone, in numpy (float32 with `acting=numpy32`); its noise scale (one, or one per environment of the run:
         `env_ids` are the global ids this copy steps) comes with the weights."""
         from rlpar.models.numpy_actor import NumpyActor
 
-        return NumpyActor(self, env_ids)
+        return NumpyActor(self, env_ids, dtype=self.acting_dtype)

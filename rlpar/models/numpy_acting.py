@@ -19,12 +19,31 @@ ACTIVATIONS = {
     "relu": lambda x: np.maximum(x, 0.0),
     "elu": lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),
 }
+
+
+def _elu_in_place(x: np.ndarray) -> np.ndarray:
+    np.copyto(x, ACTIVATIONS["elu"](x))
+    return x
+
+
+# The same activations overwriting their input (a fresh product): no allocation per layer and step.
+ACTIVATIONS_IN_PLACE = {
+    "tanh": lambda x: np.tanh(x, out=x),
+    "relu": lambda x: np.maximum(x, 0.0, out=x),
+    "elu": _elu_in_place,
+}
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
 LOG_STD_BOUNDS = (-20.0, 2.0)  # an actor_q model's Gaussian log-standard deviations are clamped here (as SB3's SAC)
+FEW_CHOICES = 4  # up to this many actions `categorical` draws row by row (_draw_among_few)
 VALUE_NORM_EPSILON = 1e-5  # added to the returns' variance (value_norm), here and in the torch actor-critic
 
 
 class NumpyActing:
+    # The copy's arithmetic: float64, which keeps a row's results independent of how many rows are
+    # computed together (identical batches however environments are split over workers), or
+    # float32 (`model.acting=numpy32`: faster, without that guarantee). Rollouts draw noise in it.
+    dtype = np.dtype(np.float64)
+
     def set_weights(self, weights: dict) -> None:
         raise NotImplementedError
 
@@ -34,7 +53,7 @@ class NumpyActing:
     state_size = 0  # values per environment in a recurrent state (numpy_recurrent.py); 0: none
 
     def outputs(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple:
-        """The network's outputs (float64) for normalised observations. A recurrent copy reads
+        """The network's outputs (in `dtype`) for normalised observations. A recurrent copy reads
         and advances `state` ([N, state_size] float64) in place; others ignore it."""
         raise NotImplementedError
 
@@ -59,6 +78,8 @@ def categorical(logits: np.ndarray, noise: np.ndarray | None, last):
     their log-probabilities. Reducing along the outer axis: numpy's reduction set-up dominates at
     a few actions, and this is ~30% faster per step than along the inner one. Every result of a
     draw depends on its own column only, never on the batch size."""
+    if noise is not None and 2 <= len(logits) <= FEW_CHOICES and not isinstance(last, np.ndarray):
+        return _draw_among_few(logits, noise)
     shifted = logits - logits.max(axis=0)
     logp_all = shifted - np.log(np.exp(shifted).sum(axis=0))
     if noise is None:
@@ -72,17 +93,45 @@ def categorical(logits: np.ndarray, noise: np.ndarray | None, last):
     return actions, logp_all.reshape(len(logp_all), -1)[flat, np.arange(flat.size)].reshape(actions.shape)
 
 
+def _draw_among_few(logits: np.ndarray, noise: np.ndarray):
+    """`categorical`'s draw for a few choices, row by row: the same numbers (numpy reduces along
+    the outer axis row after row, and cumsum adds rows in order; counting the CDF rows below the
+    uniform but the last one is the guard), with one cheap call per row in place of the reductions',
+    cumsum's and fancy indexing's set-up."""
+    top = logits[0]
+    for row in logits[1:]:
+        top = np.maximum(top, row)
+    shifted = logits - top
+    exps = np.exp(shifted)
+    total = exps[0]
+    for row in exps[1:]:
+        total = total + row
+    logp_all = shifted - np.log(total)
+    probs = np.exp(logp_all)
+    cdf = probs[0]
+    above = noise > cdf
+    actions, logp = above.astype(np.int64), np.where(above, logp_all[1], logp_all[0])
+    for k in range(1, len(logits) - 1):
+        cdf = cdf + probs[k]
+        above = noise > cdf
+        actions += above
+        logp = np.where(above, logp_all[k + 1], logp)
+    return actions, logp
+
+
 class PolicyChoice(NumpyActing):
     """An actor-critic's action choice from its outputs (actor outputs [N, A] and values [N]):
     a categorical (Discrete), a factorised categorical (MultiDiscrete, MultiBinary: one
     categorical per factor, their log-probabilities summed) or a diagonal Gaussian (Box, with the
     log-standard deviations of the weights)."""
 
-    def __init__(self, action: ActionInfo):
+    def __init__(self, action: ActionInfo, dtype=np.float64):
         self.action = action
-        self.discrete = action.discrete
-        self.log_std = np.zeros(action.size, np.float64)
-        if action.factored:
+        self.discrete, self.factored = action.discrete, action.factored
+        self.dtype = np.dtype(dtype)
+        self.log_std = np.zeros(action.size, self.dtype)
+        self.std = np.ones(action.size, self.dtype)
+        if self.factored:
             self._factor_last = (np.asarray(action.nvec, np.int64) - 1)[:, None]  # [F, 1]
             # None: logits [N, F * n] reshape to [N, F, n]; otherwise gathered into [N, F, max n]
             # with -inf padding (probability 0: draws never land there)
@@ -91,24 +140,25 @@ class PolicyChoice(NumpyActing):
     def set_choice_weights(self, weights: dict) -> None:
         """What the choice reads from the weights: the Gaussian's log-standard deviations."""
         if not self.discrete:
-            self.log_std = np.asarray(weights["log_std"], np.float64)
+            self.log_std = np.asarray(weights["log_std"], self.dtype)
+            self.std = np.exp(self.log_std)
 
     def choose(self, outputs: tuple, noise: np.ndarray | None):
         """Randomness comes only from `noise` (a uniform per categorical draw, standard normals
         for a Gaussian), one row per environment."""
         out, values = outputs
-        values = values.astype(np.float32)
-        if self.action.factored:
+        values = values.astype(np.float32, copy=False)
+        if self.factored:
             actions, logp = self._choose_factored(out, noise)
-            return actions, logp.astype(np.float32), values
+            return actions, logp.astype(np.float32, copy=False), values
         if self.discrete:
             actions, logp = categorical(np.ascontiguousarray(out.T), noise, out.shape[1] - 1)
-            return actions, logp.astype(np.float32), values
+            return actions, logp.astype(np.float32, copy=False), values
         if noise is None:
             return out.astype(np.float32), np.zeros(len(out), np.float32), values
-        actions = out + np.exp(self.log_std) * noise
+        actions = out + self.std * noise
         logp = (-0.5 * np.square(noise) - self.log_std - LOG_SQRT_2PI).sum(axis=1)
-        return actions.astype(np.float32), logp.astype(np.float32), values
+        return actions.astype(np.float32, copy=False), logp.astype(np.float32, copy=False), values
 
     def _choose_factored(self, out: np.ndarray, noise: np.ndarray | None):
         """Actions [N, F] (int64) and summed log-probabilities [N]: each factor as `categorical`,

@@ -1,4 +1,5 @@
-"""The acting copy of an actor_q model's actor (SAC, TD3), in numpy (float64, as every copy).
+"""The acting copy of an actor_q model's actor (SAC, TD3), in numpy (float64 as every copy, or
+float32 with `acting=numpy32`).
 
 Exploration comes with the weights: `noise_scale` (one value, or one per environment of the
 run, which is how the Ape-X-style mode gives each actor its own) multiplies SAC's own Gaussian
@@ -57,22 +58,23 @@ class ActorChoice(NumpyActing):
 
 
 class NumpyActor(ActorChoice):
-    def __init__(self, spec: ActorQSpec, env_ids=None):
+    def __init__(self, spec: ActorQSpec, env_ids=None, dtype=np.float64):
         super().__init__(env_ids)
         self.spec = spec
+        self.dtype = np.dtype(dtype)
         self.activation = ACTIVATIONS[spec.activation]
         self.layers: list = []
 
     def set_weights(self, weights: dict) -> None:
-        as64 = lambda name: np.asarray(weights[name], np.float64)  # noqa: E731
+        array = lambda name: np.asarray(weights[name], self.dtype)  # noqa: E731
         trunk = sorted({int(k.split(".")[2]) for k in weights if k.startswith("actor.trunk.")})
-        self.layers = [(as64(f"actor.trunk.{i}.weight").T.copy(), as64(f"actor.trunk.{i}.bias")) for i in trunk]
-        self.mean = (as64("actor.mean.weight").T.copy(), as64("actor.mean.bias"))
-        self.log_std = (as64("actor.log_std.weight").T.copy(), as64("actor.log_std.bias")) if self.spec.gaussian else None
+        self.layers = [(array(f"actor.trunk.{i}.weight").T.copy(), array(f"actor.trunk.{i}.bias")) for i in trunk]
+        self.mean = (array("actor.mean.weight").T.copy(), array("actor.mean.bias"))
+        self.log_std = (array("actor.log_std.weight").T.copy(), array("actor.log_std.bias")) if self.spec.gaussian else None
         self.set_choice_weights(weights)
 
     def outputs(self, obs: np.ndarray, state=None) -> tuple:
-        x = obs.astype(np.float64)
+        x = np.asarray(obs, self.dtype)
         for w, b in self.layers:
             x = self.activation(x @ w + b)
         log_std = None

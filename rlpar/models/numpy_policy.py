@@ -16,13 +16,13 @@ if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a
     from rlpar.models.spec import PolicySpec
 
 
-from rlpar.models.numpy_acting import ACTIVATIONS, VALUE_NORM_EPSILON, PolicyChoice
+from rlpar.models.numpy_acting import ACTIVATIONS_IN_PLACE, VALUE_NORM_EPSILON, PolicyChoice
 
 
-def _layers(weights: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+def _layers(weights: dict, dtype) -> list[tuple[np.ndarray, np.ndarray]]:
     """(weight [2, in, out], bias [2, 1, out]) per layer of ActorCritic's stacked state dict."""
     count = sum(1 for k in weights if k.startswith("weights."))
-    return [(np.asarray(weights[f"weights.{i}"], np.float64), np.asarray(weights[f"biases.{i}"], np.float64))
+    return [(np.asarray(weights[f"weights.{i}"], dtype), np.asarray(weights[f"biases.{i}"], dtype))
             for i in range(count)]
 
 
@@ -49,18 +49,19 @@ class WhitenedObservations:
 
 
 class NumpyPolicy(WhitenedObservations, PolicyChoice):
-    """The MLP actor-critic; actions chosen by PolicyChoice (numpy_acting.py)."""
+    """The MLP actor-critic; actions chosen by PolicyChoice (numpy_acting.py). `dtype`: float64
+    (identical batches however environments are split) or float32 (`acting=numpy32`)."""
 
-    def __init__(self, spec: PolicySpec):
-        super().__init__(spec.action)
+    def __init__(self, spec: PolicySpec, dtype=np.float64):
+        super().__init__(spec.action, dtype)
         self.spec = spec
         self.pixels = spec.obs_dtype == "uint8"  # image bytes fed to the MLP: scaled to [0, 1] as in torch
-        self.activation = ACTIVATIONS[spec.activation]
+        self.activate = ACTIVATIONS_IN_PLACE[spec.activation]
         self.layers: list = []
         self._init_whitening(spec)
 
     def set_weights(self, weights: dict) -> None:
-        self.layers = _layers(weights)
+        self.layers = _layers(weights, self.dtype)
         # Both towers read the same observation: one matmul for their first layers, side by side.
         w, b = self.layers[0]
         actor_w = w[0]
@@ -76,24 +77,83 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         self.set_choice_weights(weights)
 
     def outputs(self, obs: np.ndarray, state=None):
-        """Actor outputs [N, A] and values [N], in float64."""
+        """Actor outputs [N, A] and values [N], in `dtype`."""
         # float64: BLAS kernels round differently for different batch sizes; in double precision
         # the differences vanish when results are stored as float32, so a worker with 2
         # environments acts exactly like one with 8 (same seed, same batch in every parallel mode).
-        obs = obs.astype(np.float64)
+        # float32 rows go in as they are with acting=numpy32 (no copy).
+        obs = np.asarray(obs, self.dtype)
         if self.pixels:
-            obs /= 255.0
+            obs = obs / 255.0
         size, width = self.spec.action.size, self._first_b.size // 2
-        x = obs @ self._first_w + self._first_b
+        x = obs @ self._first_w
+        x += self._first_b  # in place, here and below: the same numbers, one allocation less
         if len(self.layers) == 1:  # no hidden layers
             return x[:, :size], self._values(x[:, width])
         # Past the first layer each tower has its own input: [2, N, width], one batched matmul a layer.
-        x = self.activation(x).reshape(len(obs), 2, width).transpose(1, 0, 2)
+        x = self.activate(x).reshape(len(obs), 2, width).transpose(1, 0, 2)
         for w, b in self.layers[1:-1]:
-            x = self.activation(np.matmul(x, w) + b)
+            x = np.matmul(x, w)
+            x += b
+            self.activate(x)
         w, b = self.layers[-1]
-        x = np.matmul(x, w) + b  # the last layer is padded to max(actions, 1) columns
+        x = np.matmul(x, w)  # the last layer is padded to max(actions, 1) columns
+        x += b
         return x[0, :, :size], self._values(x[1, :, 0])
 
     def _values(self, critic: np.ndarray) -> np.ndarray:
         return critic * self.value_std + self.value_mean if self.spec.value_norm else critic
+
+
+# A pre-activation each activation maps to exactly 1.0 in float32 (tanh(10) rounds to 1).
+UNIT_PREACTIVATION = {"tanh": 10.0, "relu": 1.0, "elu": 1.0}
+
+
+class NumpyPolicy32(NumpyPolicy):
+    """`acting=numpy32`: the MLP actor-critic in float32 with every bias folded into its layer's
+    product, so a step makes one whole-array call less per layer. The observations go in with a
+    column of ones, and each hidden layer gets a constant unit (zero weights, a bias its activation
+    maps to 1) that carries the next layer's bias; image bytes' 1/255 scaling is folded into the
+    first layer. Rounds differently from the float64 copy (float32 results depend on the batch size
+    anyway)."""
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__(spec, dtype=np.float32)
+        self._unit = UNIT_PREACTIVATION[spec.activation]
+        self._rows = np.ones((0, spec.obs_dim + 1), np.float32)  # observations and a ones column, reused
+
+    def set_weights(self, weights: dict) -> None:
+        super().set_weights(weights)
+        hidden = len(self.layers) > 1
+        first_w = self._first_w / 255.0 if self.pixels else self._first_w
+        first = np.concatenate([first_w, self._first_b[None]])  # [inputs + 1, 2 * width]
+        if hidden:  # each tower's block gains its constant unit
+            towers = first.reshape(len(first), 2, -1)
+            units = np.zeros((len(first), 2, 1), np.float32)
+            units[-1] = self._unit
+            first = np.concatenate([towers, units], axis=2).reshape(len(first), -1)
+        folded = [np.ascontiguousarray(first, np.float32)]
+        for i, (w, b) in enumerate(self.layers[1:], start=1):
+            layer = np.concatenate([w, b], axis=1)  # [2, inputs + 1, outputs]: the bias is the unit's row
+            if i < len(self.layers) - 1:
+                unit = np.zeros((2, len(layer[0]), 1), np.float32)
+                unit[:, -1] = self._unit
+                layer = np.concatenate([layer, unit], axis=2)
+            folded.append(np.ascontiguousarray(layer, np.float32))
+        self._folded = folded
+
+    def outputs(self, obs: np.ndarray, state=None):
+        """Actor outputs [N, A] and values [N], in float32."""
+        if len(self._rows) != len(obs):
+            self._rows = np.ones((len(obs), self.spec.obs_dim + 1), np.float32)
+        rows = self._rows
+        rows[:, :-1] = obs
+        x = rows @ self._folded[0]
+        size = self.spec.action.size
+        if len(self._folded) == 1:  # no hidden layers
+            return x[:, :size], self._values(x[:, x.shape[1] // 2])
+        x = self.activate(x).reshape(len(obs), 2, -1).transpose(1, 0, 2)
+        for w in self._folded[1:-1]:
+            x = self.activate(np.matmul(x, w))
+        x = np.matmul(x, self._folded[-1])
+        return x[0, :, :size], self._values(x[1, :, 0])

@@ -18,35 +18,38 @@ if TYPE_CHECKING:  # the spec builds this class: importing it here would be a ci
 
 
 class NumpyQPolicy(EpsilonGreedyChoice):
-    def __init__(self, spec: QNetworkSpec, env_ids=None):
+    """`dtype`: float64, or float32 with `acting=numpy32` (see NumpyPolicy)."""
+
+    def __init__(self, spec: QNetworkSpec, env_ids=None, dtype=np.float64):
         super().__init__(env_ids)
         self.spec = spec
+        self.dtype = np.dtype(dtype)
         self.activation = ACTIVATIONS[spec.activation]
         self.pixels = spec.obs_dtype == "uint8"
         self.encoder = None
         if spec.chosen_encoder != "mlp":
             from rlpar.models.numpy_cnn import NumpyEncoder
 
-            self.encoder = NumpyEncoder(spec.chosen_encoder, spec.image_shape, spec.channels_last)
+            self.encoder = NumpyEncoder(spec.chosen_encoder, spec.image_shape, spec.channels_last, self.dtype)
         self.layers: list = []
 
     def set_weights(self, weights: dict) -> None:
         # float64: results then do not depend on the batch size (see NumpyPolicy.outputs).
-        as64 = lambda name: np.asarray(weights[name], np.float64)  # noqa: E731
+        array = lambda name: np.asarray(weights[name], self.dtype)  # noqa: E731
         if self.encoder is not None:
             self.encoder.set_weights(weights)
         else:
             trunk = sorted({int(k.split(".")[1]) for k in weights if k.startswith("trunk.")})
-            self.layers = [(as64(f"trunk.{i}.weight").T.copy(), as64(f"trunk.{i}.bias")) for i in trunk]
-        self.heads = q_heads(weights)
+            self.layers = [(array(f"trunk.{i}.weight").T.copy(), array(f"trunk.{i}.bias")) for i in trunk]
+        self.heads = q_heads(weights, self.dtype)
         self.set_choice_weights(weights)
 
     def features(self, obs: np.ndarray) -> np.ndarray:
         if self.encoder is not None:
             return self.encoder(obs)
-        x = obs.astype(np.float64)
+        x = np.asarray(obs, self.dtype)
         if self.pixels:  # image bytes fed to the MLP, scaled as in torch
-            x /= 255.0
+            x = x / 255.0
         for w, b in self.layers:
             x = self.activation(x @ w + b)
         return x
@@ -58,11 +61,11 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         return (self.q_values(obs),)
 
 
-def q_heads(weights: dict) -> tuple:
-    """The advantage head and (dueling) the value head of a Q-network's state dict, float64."""
-    as64 = lambda name: np.asarray(weights[name], np.float64)  # noqa: E731
-    value = (as64("value.weight").T.copy(), as64("value.bias")) if "value.weight" in weights else None
-    return (as64("advantage.weight").T.copy(), as64("advantage.bias")), value
+def q_heads(weights: dict, dtype=np.float64) -> tuple:
+    """The advantage head and (dueling) the value head of a Q-network's state dict, in `dtype`."""
+    array = lambda name: np.asarray(weights[name], dtype)  # noqa: E731
+    value = (array("value.weight").T.copy(), array("value.bias")) if "value.weight" in weights else None
+    return (array("advantage.weight").T.copy(), array("advantage.bias")), value
 
 
 def q_from_features(x: np.ndarray, heads: tuple) -> np.ndarray:

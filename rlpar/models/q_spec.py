@@ -36,7 +36,7 @@ class QNetworkSpec(NetworkFields):
     obs_dtype: str = "float32"  # the rows' dtype: "uint8" for images (rlpar.envs.spaces.ObservationInfo)
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
-    acting: str = "auto"  # auto | numpy | torch: the workers' copy (rlpar.models.spec.choose_acting)
+    acting: str = "auto"  # auto | numpy | numpy32 | torch: the workers' copy (rlpar.models.spec.choose_acting)
     recurrent: str | None = None  # lstm | gru: R2D2's recurrent Q-network (rlpar.models.recurrent)
     recurrent_size: int = 128
 
@@ -58,8 +58,8 @@ class QNetworkSpec(NetworkFields):
         return QNetwork(self)
 
     def acting_policy(self, env_ids=None):
-        """ε-greedy, in numpy (workers never import torch) or, for the large CNNs, with a torch
-        copy (`acting`); ε comes with the weights, one value or one per environment of the run
+        """ε-greedy, in numpy (workers never import torch; float32 with `acting=numpy32`) or, for
+        the large CNNs, with a torch copy (`acting`); ε comes with the weights, one value or one per environment of the run
         (`env_ids`: the global ids this copy steps)."""
         if self.chosen_acting == "torch":
             from rlpar.models.torch_acting import TorchQPolicy
@@ -71,4 +71,4 @@ class QNetworkSpec(NetworkFields):
             return NumpyRecurrentQPolicy(self, env_ids)
         from rlpar.models.numpy_q_policy import NumpyQPolicy
 
-        return NumpyQPolicy(self, env_ids)
+        return NumpyQPolicy(self, env_ids, dtype=self.acting_dtype)

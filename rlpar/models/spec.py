@@ -9,7 +9,10 @@ from rlpar.envs.spaces import ActionInfo
 
 ACTIVATIONS = ("tanh", "relu", "elu")
 ENCODERS = ("auto", "mlp", "nature", "impala", "small")
-ACTING = ("auto", "numpy", "torch")
+ACTING = ("auto", "numpy", "numpy32", "torch")
+# The numpy copies' arithmetic: float64 is what makes batches identical however environments are
+# split over workers; float32 (opt-in) acts faster and gives that guarantee up.
+NUMPY_DTYPES = {"numpy": "float64", "numpy32": "float32"}
 RECURRENT = ("lstm", "gru")  # model.recurrent; null: feed-forward
 NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions need 36 pixels
 TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
@@ -55,6 +58,8 @@ def check_image_fields(spec) -> None:
         raise ValueError(f"acting '{spec.acting}' is not one of {', '.join(ACTING)}")
     if spec.acting == "torch" and choose_encoder(spec.encoder, spec.image_shape) == "mlp":
         raise ValueError("acting=torch is for CNN encoders; an MLP acts faster with its numpy copy (acting=numpy)")
+    if spec.acting == "numpy32" and spec.recurrent is not None:
+        raise ValueError("acting=numpy32 is for feed-forward networks; a recurrent one acts in float64 (acting=numpy)")
     if spec.recurrent is not None and spec.recurrent not in RECURRENT:
         raise ValueError(f"recurrent '{spec.recurrent}' is not one of {', '.join(RECURRENT)} or null")
     if not positive_integers([spec.recurrent_size]):
@@ -133,6 +138,11 @@ class NetworkFields:
         return choose_acting(self.acting, self.chosen_encoder)
 
     @property
+    def acting_dtype(self) -> str:
+        """The numpy copy's arithmetic (float64 unless `acting=numpy32`)."""
+        return NUMPY_DTYPES.get(self.chosen_acting, "float64")
+
+    @property
     def state_size(self) -> int:
         """Values in one environment's recurrent state (0: feed-forward)."""
         return {"lstm": 2 * self.recurrent_size, "gru": self.recurrent_size}.get(self.recurrent, 0)
@@ -152,7 +162,7 @@ class PolicySpec(NetworkFields):
     obs_dtype: str = "float32"  # the rows' dtype: "uint8" for images (rlpar.envs.spaces.ObservationInfo)
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
-    acting: str = "auto"  # auto | numpy | torch: the workers' copy of the network (see choose_acting)
+    acting: str = "auto"  # auto | numpy | numpy32 | torch: the workers' copy of the network (see choose_acting)
     recurrent: str | None = None  # lstm | gru: an LSTM or GRU core between the encoder and the heads
     recurrent_size: int = 128  # the core's hidden units
     # A centralised critic (MAPPO): the actor reads only the first `actor_inputs` values of a row
@@ -186,10 +196,10 @@ class PolicySpec(NetworkFields):
 
     def acting_policy(self, env_ids=None):
         """The copy workers act with. It reads the learner module's state dict (`set_weights`)
-        and offers `normalize`, `act` and `value`. numpy (workers never import torch), except
-        with `acting=torch` (what `auto` picks for the nature and impala CNNs). `env_ids` (the
-        global ids of the environments it steps) are for policies that treat environments
-        differently, not this one."""
+        and offers `normalize`, `act` and `value`. numpy (workers never import torch; float32
+        with `acting=numpy32`), except with `acting=torch` (what `auto` picks for the nature and
+        impala CNNs). `env_ids` (the global ids of the environments it steps) are for policies
+        that treat environments differently, not this one."""
         if self.chosen_acting == "torch":
             from rlpar.models.torch_acting import TorchPolicy
 
@@ -199,9 +209,9 @@ class PolicySpec(NetworkFields):
 
             return NumpyRecurrentPolicy(self)
         if self.chosen_encoder == "mlp":
-            from rlpar.models.numpy_policy import NumpyPolicy
+            from rlpar.models.numpy_policy import NumpyPolicy, NumpyPolicy32
 
-            return NumpyPolicy(self)
+            return NumpyPolicy32(self) if self.chosen_acting == "numpy32" else NumpyPolicy(self)
         from rlpar.models.numpy_cnn import NumpyCNNPolicy
 
-        return NumpyCNNPolicy(self)
+        return NumpyCNNPolicy(self, dtype=self.acting_dtype)

@@ -1,7 +1,8 @@
 """Which stored items a learner replays: uniformly, or in proportion to their TD errors.
 
-Both samplers answer the same calls (`on_insert`, `sample`, `update_priorities`), so an
-algorithm replays without asking which one it holds; the uniform one ignores priorities.
+Both samplers answer the same calls (`on_insert`, `sample`, `update_priorities`, `forget`), so
+an algorithm replays without asking which one it holds; the uniform one ignores priorities.
+`forget` drops items a storage lost early (rlpar.replay.frames) from sampling.
 `sample` returns (indices, importance weights); weights are all 1 for the uniform sampler.
 """
 
@@ -15,23 +16,54 @@ from rlpar.replay.sum_tree import SumTree
 class UniformSampler:
     def __init__(self, *, seed: int):
         self._rng = np.random.default_rng(seed)
+        self._forgotten = np.zeros(0, bool)  # by slot: items that may not be replayed (rlpar.replay.frames)
+        self._forgotten_count = 0
 
     def on_insert(self, indices, priorities=None) -> None:
-        pass
+        """New items in these slots may be replayed again, forgotten or not before."""
+        if self._forgotten_count:
+            indices = np.asarray(indices, np.int64)
+            indices = np.unique(indices[indices < len(self._forgotten)])
+            self._forgotten_count -= int(self._forgotten[indices].sum())
+            self._forgotten[indices] = False
+
+    def forget(self, indices) -> None:
+        """Never replay the items in these slots (until new ones are inserted there)."""
+        indices = np.unique(np.asarray(indices, np.int64))
+        if not len(indices):
+            return
+        if indices[-1] >= len(self._forgotten):
+            self._forgotten = np.concatenate([self._forgotten, np.zeros(indices[-1] + 1 - len(self._forgotten), bool)])
+        self._forgotten_count += int((~self._forgotten[indices]).sum())
+        self._forgotten[indices] = True
 
     def sample(self, *, batch_size: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-        if size < 1:
+        """Uniform over the stored items not forgotten (forgotten draws are drawn again)."""
+        if size <= self._forgotten_count:
             raise ValueError("cannot sample from an empty replay buffer")
-        return self._rng.integers(0, size, batch_size, dtype=np.int64), np.ones(batch_size, np.float32)
+        indices = self._rng.integers(0, size, batch_size, dtype=np.int64)
+        if self._forgotten_count and len(self._forgotten) < size:
+            self._forgotten = np.concatenate([self._forgotten, np.zeros(size - len(self._forgotten), bool)])
+        while self._forgotten_count:
+            again = np.flatnonzero(self._forgotten[indices])
+            if not len(again):
+                break
+            indices[again] = self._rng.integers(0, size, len(again), dtype=np.int64)
+        return indices, np.ones(batch_size, np.float32)
 
     def update_priorities(self, indices, td_errors) -> None:
         pass
 
     def state_dict(self) -> dict:
-        return {"rng": self._rng.bit_generator.state}
+        import torch  # the learner checkpoints; actors and shards need no torch
+
+        return {"rng": self._rng.bit_generator.state, "forgotten": torch.from_numpy(np.flatnonzero(self._forgotten))}
 
     def load_state_dict(self, state: dict) -> None:
         self._rng.bit_generator.state = state["rng"]
+        self._forgotten, self._forgotten_count = np.zeros(0, bool), 0
+        if "forgotten" in state:  # absent from checkpoints written before rlpar.replay.frames
+            self.forget(state["forgotten"].numpy())
 
 
 class PrioritizedSampler:
@@ -71,6 +103,10 @@ class PrioritizedSampler:
             self.tree.update(indices, self.tree.max_priority)
         else:
             self.tree.update(indices, self._stored(priorities))
+
+    def forget(self, indices) -> None:
+        """Never replay the items in these slots (priority 0) until new ones are inserted there."""
+        self.tree.update(indices, 0.0)
 
     def sample(self, *, batch_size: int, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Stratified: the priority mass is cut into batch_size equal segments and one item drawn

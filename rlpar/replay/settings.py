@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class ReplaySettings:
@@ -20,15 +22,37 @@ class ReplaySettings:
     # writes).
     samples_per_insert: float | None = None
     rate_tolerance: float | None = None
+    # uint8 image stacks (Atari's 4 x 84 x 84): each frame stored once, stacks rebuilt when sampled
+    # (rlpar.replay.frames), in frames_per_transition frame slots per transition; false: whole stacks.
+    frames: bool = True
+    frames_per_transition: float = 1.125
+
+    def frame_stack(self, policy_spec) -> int:
+        """Frames per observation to store once (rlpar.replay.frames.frame_stack), 0: whole rows."""
+        from rlpar.replay.frames import frame_stack
+
+        return frame_stack(obs_dtype=policy_spec.obs_dtype, image_shape=getattr(policy_spec, "image_shape", ()),
+                           channels_last=getattr(policy_spec, "channels_last", False)) if self.frames else 0
 
     @staticmethod
-    def bytes_per_transition(obs_dim: int, obs_dtype: str = "float32") -> int:
-        """A stored transition (the replay's own field layout) and a float64 priority in each of
-        the sum tree's two halves: what the memory estimate charges per unit of capacity."""
+    def bytes_per_transition(obs_dim: int, obs_dtype: str = "float32", *, image_shape=(), channels_last: bool = False,
+                             frames: bool = True, frames_per_transition: float = 1.125) -> int:
+        """A stored transition (the replay's own field layout: whole rows, or its share of the
+        frames kept once) and a float64 priority in each of the sum tree's two halves: what the
+        memory estimate charges per unit of capacity."""
+        from rlpar.replay.frames import FrameStorage, frame_stack
         from rlpar.replay.shard import transition_fields
         from rlpar.replay.storage import RingStorage
 
-        return RingStorage.required_bytes(1, transition_fields(obs_dim, obs_dtype)) + 2 * 8
+        fields = transition_fields(obs_dim, obs_dtype)
+        stack = frame_stack(obs_dtype=obs_dtype, image_shape=image_shape, channels_last=channels_last)
+        if frames is True and stack:
+            if isinstance(frames_per_transition, bool) or not isinstance(frames_per_transition, (int, float)):
+                frames_per_transition = 1.125  # refused on its own line
+            stored = FrameStorage.bytes_per_item(fields, stack, max(frames_per_transition, 1.0))
+        else:
+            stored = RingStorage.required_bytes(1, fields)
+        return int(np.ceil(stored)) + 2 * 8
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
@@ -38,6 +62,9 @@ class ReplaySettings:
         for name in ("alpha", "beta_start", "beta_end"):
             config.number(f"algo.replay.{name}", low=0, high=1)
         config.number("algo.replay.num_shards", integer=True, low=1, optional=True)
+        config.number("algo.replay.frames_per_transition", low=1, low_open=True, optional=True)
+        if config.get("algo.replay.frames") is not None:
+            config.choice("algo.replay.frames", (True, False))
         problems = _rate_limiter_problems(config) + _sequence_problems(config, capacity)
         for name in ("batch_size", "learning_starts"):
             value = config.get(f"algo.{name}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from rlpar.replay.rate_limiter import RateLimiter
 from rlpar.replay.samplers import PrioritizedSampler
-from rlpar.replay.storage import RingStorage
+from rlpar.replay.frames import replay_storage
 
 
 def transition_fields(obs_dim: int, obs_dtype: str = "float32", action_size: int = 0) -> dict:
@@ -32,10 +32,13 @@ def transition_fields(obs_dim: int, obs_dtype: str = "float32", action_size: int
 
 class ReplayTable:
     def __init__(self, *, capacity: int, obs_dim: int, obs_dtype: str = "float32", action_size: int = 0, alpha: float,
-                 beta_start: float, beta_end: float, beta_steps: int, seed: int, rate_limiter: dict):
+                 beta_start: float, beta_end: float, beta_steps: int, seed: int, rate_limiter: dict,
+                 frame_stack: int = 0, frames_per_transition: float = 1.125):
         """`rate_limiter`: RateLimiter's keyword arguments (its batches are the largest insert
-        and the minibatch this table serves); `action_size`: as transition_fields."""
-        self.storage = RingStorage(capacity=capacity, fields=transition_fields(obs_dim, obs_dtype, action_size))
+        and the minibatch this table serves); `action_size`: as transition_fields; `frame_stack`
+        > 0: observations are stacks of that many frames, each stored once (rlpar.replay.frames)."""
+        self.storage = replay_storage(capacity=capacity, fields=transition_fields(obs_dim, obs_dtype, action_size),
+                                      stack=frame_stack, frames_per_transition=frames_per_transition)
         self.sampler = PrioritizedSampler(capacity=capacity, alpha=alpha, beta_start=beta_start, beta_end=beta_end,
                                           beta_steps=beta_steps, seed=seed)
         self.limiter = RateLimiter(**rate_limiter)
@@ -48,6 +51,7 @@ class ReplayTable:
             return None
         slots = self.storage.add({name: transitions[name] for name in self.storage.fields})
         self.sampler.on_insert(slots, priorities)
+        self.sampler.forget(self.storage.take_lost())
         self.limiter.record_insert(len(slots))
         return len(slots)
 
@@ -64,9 +68,11 @@ class ReplayTable:
 
     def update_priorities(self, items: np.ndarray, td_errors: np.ndarray) -> None:
         """New priorities for the items still stored: the learner's answer arrives after actors
-        may have overwritten some of the slots it sampled, whose new items keep their own."""
-        kept = items >= self.limiter.inserts - self.capacity
-        self.sampler.update_priorities(items[kept] % self.capacity, np.asarray(td_errors)[kept])
+        may have overwritten some of the slots it sampled, whose new items keep their own (or
+        lost their frames, rlpar.replay.frames: forgotten, they stay so)."""
+        slots = items % self.capacity
+        kept = (items >= self.limiter.inserts - self.capacity) & self.storage.intact(slots)
+        self.sampler.update_priorities(slots[kept], np.asarray(td_errors)[kept])
 
     def stats(self) -> dict:
         return {"size": self.storage.size, "inserted": self.limiter.inserts, "sampled": self.limiter.samples}

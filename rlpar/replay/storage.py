@@ -77,6 +77,17 @@ class RingStorage:
         indices = np.asarray(indices, dtype=np.int64)
         return {name: array[indices] for name, array in self._arrays.items()}
 
+    def column(self, name: str) -> np.ndarray:
+        """One field's array over every slot (no copy: read it, do not write it)."""
+        return self._arrays[name]
+
+    # A ring keeps every item whole until it is overwritten (rlpar.replay.frames' storage may lose some earlier).
+    def intact(self, indices) -> np.ndarray:
+        return np.ones(np.shape(indices), bool)
+
+    def take_lost(self) -> np.ndarray:
+        return np.zeros(0, np.int64)
+
     def state_dict(self) -> dict:
         """Tensors sharing memory with the filled slots (a checkpoint must not copy a buffer that
         may hold most of the machine's memory); save it before the next `add`."""

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlpar.config.validate import validate_config
 from rlpar.errors import RunDirError
 from rlpar.interrupts import HeldInterrupts
+from rlpar.logging import startup
 from rlpar.logging.progress import budget_line
 from rlpar.logging.run_log import RunLog, record_event
 from rlpar.runtime import run_lock
@@ -63,6 +64,7 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
               flush=True)
         return {}
     trainer = build_trainer(cfg, env_probe=env_probe)
+    startup.mark("building the learner and starting the workers")
     trainer.check_run_dir = partial(run_lock.check_owner, run_dir)
     try:
         if checkpoint is not None:

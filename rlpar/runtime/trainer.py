@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 
 from rlpar.envs.atari import frames_per_step
+from rlpar.learning.compiled import stop_background_compiles
+from rlpar.logging import startup
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats
 from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, evaluate_policy
@@ -107,6 +109,10 @@ class Trainer:
             **step.metrics,
             **self.labels,
         }
+        if self.iteration == 1 and self.env_steps == step.env_steps:  # a new run's first iteration
+            startup.mark("the first iteration")
+            metrics["time_startup_s"] = round(startup.seconds_since_start(), 3)
+            log.info("rlpar: %s", startup.summary())
         if "time_sample_s" in metrics:  # the share of the iteration the learner spent waiting for data
             waited = metrics["time_sample_s"] + metrics.get("time_transfer_s", 0.0)
             metrics["learner_wait_fraction"] = min(waited / iteration_s, 1.0)
@@ -185,6 +191,7 @@ class Trainer:
 
     def close(self) -> None:
         try:
+            stop_background_compiles()  # before the workers: a forked child holds copies of their pipes
             self.algorithm.close()
             if self.logger is not None:
                 self.logger.close()

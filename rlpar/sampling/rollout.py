@@ -131,8 +131,8 @@ class RolloutWorker:
     def _draw_noise(self) -> np.ndarray:
         T, action = self.rollout_length, self.policy_spec.action
         noise = np.stack([draw_noise(g, action, T) for g in self.noise_rngs], axis=1)
-        if action.discrete:
-            return noise
+        if action.discrete:  # uniforms, in the acting copy's arithmetic (a float32 copy compares float32)
+            return noise.astype(getattr(self.policy, "dtype", np.float64), copy=False)
         if self.noise_correlation:
             noise = self._correlated(noise)
         return noise.astype(np.float32)
@@ -164,10 +164,15 @@ class RolloutWorker:
             raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         noise = self._draw_noise()
         env_restarts_before = env_restarts(self.venv)
-        returns, lengths, ends = [], [], []
         team_returns, team_lengths, team_ends = [], [], []
         act_raw = self.policy.act_raw
         state = self.recurrent_state
+        step, to_env, flatten = self.venv.step, self.action_mapper.to_env, self.flatten
+        # Per step, each environment's running return and length (this step's included) and whether
+        # its episode ended; the episodes are read from them once, after the loop, in (step,
+        # environment) order. Per step that is a few whole-array calls (each ~1 us at this size).
+        running_return, running_length = np.empty((T, N), np.float64), np.empty((T, N), np.int64)
+        ended = np.empty((T, N), np.bool_)
         for t in range(T):
             if track_moments:
                 raw_sum += self.raw_obs
@@ -176,8 +181,8 @@ class RolloutWorker:
                 state[self.state_reset_pending] = 0.0
                 bufs["states"][t] = state
             obs_buf[t], actions, logp, values = act_raw(self.raw_obs, noise[t], state)
-            raw_next, rewards, terminated, truncated, info = self.venv.step(self.action_mapper.to_env(actions))
-            valid = ~self.autoreset_pending
+            raw_next, rewards, terminated, truncated, info = step(to_env(actions))
+            valid = np.logical_not(self.autoreset_pending, out=valid_buf[t])
             if "agent_active" in info:  # a multi-agent environment's absent agents take no step (envs/pettingzoo.py)
                 valid &= info["agent_active"]
                 for c in np.flatnonzero(~np.isnan(info["team_return"])):
@@ -185,20 +190,20 @@ class RolloutWorker:
                     team_lengths.append(int(info["team_length"][c]))
                     team_ends.append((t, int(c)))
             actions_buf[t], logp_buf[t], values_buf[t] = actions, logp, values
-            rewards_buf[t], term_buf[t], trunc_buf[t], valid_buf[t] = rewards, terminated, truncated, valid
-            self.episode_return += rewards
-            self.episode_length += valid
-            done = (terminated | truncated) & valid
-            if done.any():
-                for i in np.flatnonzero(done):
-                    returns.append(float(self.episode_return[i]))
-                    lengths.append(int(self.episode_length[i]))
-                    ends.append((t, int(i)))
-                self.episode_return[done] = 0.0
-                self.episode_length[done] = 0
-            self.state_reset_pending = ~valid
+            rewards_buf[t], term_buf[t], trunc_buf[t] = rewards, terminated, truncated
+            episode_return = np.add(self.episode_return, rewards, out=running_return[t])
+            episode_length = np.add(self.episode_length, valid, out=running_length[t])
+            done = np.logical_or(terminated, truncated, out=ended[t])
+            done &= valid
+            self.episode_return = np.where(done, 0.0, episode_return)
+            self.episode_length = np.where(done, 0, episode_length)
+            if state is not None:
+                self.state_reset_pending = ~valid
             self.autoreset_pending = done
-            self.raw_obs = self.flatten(raw_next)
+            self.raw_obs = flatten(raw_next)
+        steps, envs = np.nonzero(ended)
+        returns, lengths = running_return[steps, envs].tolist(), running_length[steps, envs].tolist()
+        ends = list(zip(steps.tolist(), envs.tolist()))
         last_obs, bootstrap, env_ids = bufs["last_obs"], bufs["bootstrap_value"], bufs["env_ids"]
         next_state = None if state is None else np.where(self.state_reset_pending[:, None], 0.0, state)  # not kept
         last_obs[:], _, _, bootstrap[:] = act_raw(self.raw_obs, np.zeros_like(noise[0]), next_state)  # its actions unused

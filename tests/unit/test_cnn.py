@@ -291,7 +291,7 @@ def test_encoder_and_acting_copy_chosen_for_each_observation():
     ({"encoder": "nature"}, GRID, "encoder 'nature' needs images of at least 36x36 pixels, these are 5x5"),
     ({"encoder": "small"}, VECTOR, "encoder 'small' is a CNN for image observations; these are vectors"),
     ({"encoder": "resnet"}, GRID, "encoder 'resnet' is not one of auto, mlp, nature, impala, small"),
-    ({"acting": "jax"}, GRID, "acting 'jax' is not one of auto, numpy, torch"),
+    ({"acting": "jax"}, GRID, "acting 'jax' is not one of auto, numpy, numpy32, torch"),
     ({"acting": "torch"}, VECTOR, "acting=torch is for CNN encoders"),
     ({"normalize_obs": True}, GRID, "image observations are scaled to [0, 1] by the network"),
 ])
