@@ -12,6 +12,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,3 +87,24 @@ def rotated(items: list, by: int) -> list:
     machine's drift does not always favour the side that runs first."""
     shift = by % len(items)
     return items[shift:] + items[:shift]
+
+
+class LoadSampler:
+    """The 1-minute load average every 5 s while a run goes on (the run's own processes included)."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self._stop.wait(5):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()

@@ -47,11 +47,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from common import ROOT, fmt, report, result_of, wait_for_quiet
+from common import ROOT, LoadSampler, fmt, report, result_of, wait_for_quiet
 
 T0 = float(os.environ.get("BENCH_T0", time.time()))  # the launch time, when the driver started us
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray node on 127.0.0.1
@@ -241,27 +240,6 @@ def wait_for_load(max_wait_s: float, below: float) -> dict:
     print(f"  starting after {time.time() - start:.0f} s at load {load:.2f}", flush=True)
     return {"load_at_wait": round(start_load, 2), "waited_s": round(time.time() - start, 1),
             "load_at_start": round(load, 2)}
-
-
-class LoadSampler:
-    """1-minute load average every 5 s while a run goes on (it includes the run's own processes)."""
-
-    def __init__(self):
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self):
-        while not self._stop.wait(5):
-            self.samples.append(os.getloadavg()[0])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def run_child(side: str, algo: str, seed: int, args) -> dict:

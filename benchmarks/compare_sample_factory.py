@@ -43,11 +43,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from common import ROOT, fmt, machine, markdown_table, result_of, rotated, wait_for_quiet
+from common import ROOT, LoadSampler, fmt, machine, markdown_table, result_of, rotated, wait_for_quiet
 
 THRESHOLD = 475.0
 FRAME_SKIP = 4
@@ -160,27 +159,6 @@ def summarize(r: dict, warmup_s: float = 0.0) -> dict:
             "steps_to_threshold": reached[1] if reached else None, "steady_per_s": steady_rate(curve, warmup_s),
             "from_launch_per_s": last[1] / last[0], "final_steps": last[1], "final_return": last[2],
             "last_result_s": last[0]}
-
-
-class LoadSampler:
-    """The 1-minute load average every 5 s while a run goes on (the run's own processes included)."""
-
-    def __init__(self):
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self):
-        while not self._stop.wait(5):
-            self.samples.append(os.getloadavg()[0])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def measure(name: str, run, args) -> dict:

@@ -26,6 +26,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ from rlpar.learning.optim import LeanAdam
 from rlpar.learning.step import GuardedStep
 
 AUTO_MIN_GRADIENT_STEPS = 100_000
+WARM_UP_LIMIT_S = 900.0  # a cold compile takes tens of seconds of one core; far longer, the child is stuck
 CACHE_DIR = Path.home() / ".cache" / "rlpar" / "inductor"
 
 
@@ -135,6 +137,7 @@ class _WarmChild:
 
     def __init__(self, pid: int, reader: int):
         self.pid, self.reader = pid, reader
+        self.started = time.monotonic()
 
     @classmethod
     def start(cls, fn, args: tuple, kwargs: dict) -> "_WarmChild":
@@ -158,7 +161,10 @@ class _WarmChild:
             self.stop()
             return "its exit status was lost"
         if pid == 0:
-            return None
+            if time.monotonic() - self.started < WARM_UP_LIMIT_S:
+                return None
+            self.stop()  # a fork that hangs (a lock another thread held at the fork) never ends
+            return f"no compile within {WARM_UP_LIMIT_S:.0f} s"
         del self.running[self.pid]
         with os.fdopen(self.reader, "rb") as pipe:
             message = pipe.read().decode(errors="replace").strip()
@@ -191,6 +197,11 @@ def _warm_up(fn, args: tuple, kwargs: dict, writer: int, *, parent: int) -> None
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        # Inductor's pool of compile workers, if the parent had one, is threads that the fork did
+        # not copy: waiting on it hung the child. Compiling here alone changes no cache key.
+        import torch._inductor.config
+
+        torch._inductor.config.compile_threads = 1
         out = fn(*args, **kwargs)
         loss = out[0] if isinstance(out, tuple) else out
         if isinstance(loss, torch.Tensor) and loss.requires_grad:

@@ -267,5 +267,6 @@ def test_async_dqn_on_shared_memory_workers(make_cfg, tmp_path):
     assert sum(row["gradients_applied"] for row in rows) >= 40 and "loss_q" in rows[-1]
     assert rows[-1]["epsilon"] == pytest.approx(np.median([0.4 ** (1 + 7 * i / 3) for i in range(4)]))
     assert any(row["episode_return_mean_all"] is not None for row in rows)  # (None where no episode ended)
-    # the target is the model of the last multiple of 10, not the newest one (unless just refreshed)
-    assert version >= 10 and (version % 10 == 0 or any(not torch.equal(target[k], online[k]) for k in target))
+    # the target is the model of the last multiple of 10, not the newest one (unless just refreshed;
+    # Hogwild, no locks: the other worker's update may land between the refresh's count and its copy)
+    assert version >= 10 and (version % 10 < 2 or any(not torch.equal(target[k], online[k]) for k in target))

@@ -10,7 +10,7 @@ import torch
 from rlpar.learning.compiled import WarmCompile, _WarmChild, stop_background_compiles, torch_compile
 
 
-def settle(warm: WarmCompile, args: tuple, timeout_s: float = 240.0) -> None:
+def settle(warm: WarmCompile, args: tuple, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while warm.state == "warming" and time.monotonic() < deadline:
         warm.ready(args)
@@ -67,6 +67,7 @@ def test_the_caller_stays_eager_until_the_child_has_warmed_the_cache_then_compil
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     torch._dynamo.reset()
+    torch.compile(lambda x: x.cos() + 1)(torch.ones(3))  # a compile here first: its worker pool must not hang the fork
 
     def fn(x, w):
         return torch.tanh(x @ w).sum(dim=1) * 0.5 + 1.0
@@ -90,3 +91,14 @@ def test_auto_compiles_long_runs_of_vector_models_only():
     assert compile_setting("auto", **long, images=True) is False  # a CNN's step: no faster compiled on a CPU
     assert compile_setting(True, **long, images=True) is True  # asked for
     assert compile_setting(True, **long, recurrent=True) is False
+
+
+def test_a_child_that_does_not_finish_in_time_is_stopped_and_the_caller_stays_eager(monkeypatch, capfd):
+    import rlpar.learning.compiled as compiled
+
+    monkeypatch.setattr(compiled, "WARM_UP_LIMIT_S", 0.0)
+    warm = WarmCompile(torch_compile(lambda x: (x * 5).exp()), device=torch.device("cpu"))
+    assert warm.ready((torch.ones(4),)) is False
+    pid = warm.child.pid
+    assert warm.ready((torch.ones(4),)) is False and warm.state == "failed" and gone(pid) and not _WarmChild.running
+    assert "no compile within 0 s" in capfd.readouterr().err
