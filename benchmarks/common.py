@@ -12,8 +12,10 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +58,50 @@ def run_main(overrides: list[str], run_dir: Path, *, python: Path | str = sys.ex
     command = [str(python), "main.py", *overrides, "progress=false", f"run_dir={run_dir}"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     return done, read_rows(Path(run_dir) / "metrics.jsonl")
+
+
+@dataclass
+class TimedRun:
+    """A main.py run's exit, metrics rows, and the seconds from its launch at which each row was
+    first seen."""
+
+    returncode: int
+    rows: list[dict]
+    arrivals: list[float]
+    process_s: float
+    output: str
+
+
+def run_main_timed(overrides: list[str], *, python: Path | str = sys.executable, timeout_s: float,
+                   env: dict | None = None, poll_s: float = 0.02) -> TimedRun:
+    """`main.py OVERRIDES progress=false run_dir=<temp folder>` as a user runs it, its metrics rows
+    timed from the launch as they arrive (polled every `poll_s`: the arrival times are, if
+    anything, late); killed after `timeout_s`."""
+    with tempfile.TemporaryDirectory(prefix="rlpar_timed_") as tmp:
+        metrics = Path(tmp) / "run" / "metrics.jsonl"
+        command = [str(python), "main.py", *overrides, "progress=false", f"run_dir={metrics.parent}"]
+        with open(Path(tmp) / "output.txt", "w+") as log:
+            start = time.time()
+            proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+            arrivals: list[float] = []
+            while True:
+                exited = proc.poll() is not None
+                if metrics.exists():
+                    with open(metrics) as f:
+                        count = sum(1 for line in f if line.endswith("\n"))
+                    arrivals += [time.time() - start] * (count - len(arrivals))
+                if exited:
+                    break
+                if time.time() - start > timeout_s:
+                    proc.kill()  # our own child, by its handle
+                    proc.wait()
+                    break
+                time.sleep(poll_s)
+            process_s = time.time() - start
+            log.seek(0)
+            output = log.read()
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    return TimedRun(proc.returncode, rows, arrivals, process_s, output)
 
 
 def report(result: dict) -> None:

@@ -44,13 +44,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, LoadSampler, fmt, report, result_of, wait_for_quiet
+from common import LoadSampler, fmt, report, result_of, run_main_timed, wait_for_quiet
 
 T0 = float(os.environ.get("BENCH_T0", time.time()))  # the launch time, when the driver started us
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray node on 127.0.0.1
@@ -171,42 +170,16 @@ def rlpar_command(algo: str, seed: int, total_steps: int, workers: int) -> list[
 
 
 def run_rlpar(args) -> dict:
-    with tempfile.TemporaryDirectory(prefix="rlpar_async_") as tmp:
-        run_dir = Path(tmp) / "run"
-        metrics = run_dir / "metrics.jsonl"
-        cmd = [args.rlpar_python, *rlpar_command(args.algo, args.seed, args.total_steps, args.workers),
-               "progress=false", f"run_dir={run_dir}"]
-        log = open(Path(tmp) / "output.txt", "w+")
-        env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
-        start = time.time()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-        arrivals: list[float] = []  # process seconds at which each metrics row was first seen
-        done = 0
-        while True:
-            exited = proc.poll() is not None
-            if metrics.exists():
-                with open(metrics) as f:
-                    n = sum(1 for line in f if line.endswith("\n"))
-                arrivals += [time.time() - start] * (n - done)
-                done = n
-            if exited:
-                break
-            if time.time() - start > args.timeout_s:
-                proc.kill()  # our own child, by its handle
-                proc.wait()
-                break
-            time.sleep(0.05)
-        process_s = time.time() - start
-        log.seek(0)
-        output = log.read()
-        log.close()
-        rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    command = rlpar_command(args.algo, args.seed, args.total_steps, args.workers)[1:]  # after main.py
+    run = run_main_timed(command, python=args.rlpar_python, timeout_s=args.timeout_s, poll_s=0.05,
+                         env=dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"))
+    rows, arrivals, process_s, output = run.rows, run.arrivals, run.process_s, run.output
     out = {
-        "side": "rlpar", "algo": args.algo, "seed": args.seed, "returncode": proc.returncode,
+        "side": "rlpar", "algo": args.algo, "seed": args.seed, "returncode": run.returncode,
         "command": " ".join(["python", *rlpar_command(args.algo, args.seed, args.total_steps, args.workers)]),
         "process_s": round(process_s, 3),
     }
-    if proc.returncode != 0 or not rows:
+    if run.returncode != 0 or not rows:
         out["error"] = output[-3000:]
         return out
     first, last = rows[0], rows[-1]

@@ -41,12 +41,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, LoadSampler, fmt, machine, markdown_table, result_of, rotated, wait_for_quiet
+from common import ROOT, LoadSampler, fmt, machine, markdown_table, result_of, rotated, run_main_timed, wait_for_quiet
 
 THRESHOLD = 475.0
 FRAME_SKIP = 4
@@ -108,34 +106,11 @@ def run_sf2(python: Path, task: str, seed: int, budget_s: float, settings: dict,
 def run_rlpar(overrides: list[str], seed: int, timeout_s: float) -> dict:
     """`python main.py OVERRIDES seed=S` as a user runs it, its metrics rows timed from the launch as
     they arrive (polled every 20 ms: the arrival times are, if anything, late)."""
-    with tempfile.TemporaryDirectory(prefix="rlpar_sf2_") as tmp:
-        run_dir = Path(tmp) / "run"
-        metrics = run_dir / "metrics.jsonl"
-        command = [sys.executable, "main.py", *overrides, f"seed={seed}", "progress=false", f"run_dir={run_dir}"]
-        with open(Path(tmp) / "output.txt", "w+") as log:
-            start = time.time()
-            proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            arrivals: list[float] = []
-            while True:
-                exited = proc.poll() is not None
-                if metrics.exists():
-                    with open(metrics) as f:
-                        n = sum(1 for line in f if line.endswith("\n"))
-                    arrivals += [round(time.time() - start, 3)] * (n - len(arrivals))
-                if exited:
-                    break
-                if time.time() - start > timeout_s:
-                    proc.kill()  # our own child
-                    proc.wait()
-                    break
-                time.sleep(0.02)
-            process_s = time.time() - start
-            log.seek(0)
-            output = log.read()
-        rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    if proc.returncode != 0 or not rows:
-        raise RuntimeError(f"rlpar {' '.join(overrides)} seed={seed} failed (exit {proc.returncode}):\n{output[-2000:]}")
-    curve = [(a, r["env_steps"], r.get("episode_return_mean")) for r, a in zip(rows, arrivals)]
+    run = run_main_timed([*overrides, f"seed={seed}"], timeout_s=timeout_s)
+    rows, process_s = run.rows, run.process_s
+    if run.returncode != 0 or not rows:
+        raise RuntimeError(f"rlpar {' '.join(overrides)} seed={seed} failed (exit {run.returncode}):\n{run.output[-2000:]}")
+    curve = [(round(a, 3), r["env_steps"], r.get("episode_return_mean")) for r, a in zip(rows, run.arrivals)]
     reached = next(((t, s, ret) for t, s, ret in curve if ret is not None and ret >= THRESHOLD), None)
     return {"curve": curve, "reached": reached, "process_s": round(process_s, 3), "train_rows": rows,
             "command": "python main.py " + " ".join([*overrides, f"seed={seed}"])}

@@ -81,7 +81,6 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         # float64: BLAS kernels round differently for different batch sizes; in double precision
         # the differences vanish when results are stored as float32, so a worker with 2
         # environments acts exactly like one with 8 (same seed, same batch in every parallel mode).
-        # float32 rows go in as they are with acting=numpy32 (no copy).
         obs = np.asarray(obs, self.dtype)
         if self.pixels:
             obs = obs / 255.0

@@ -34,7 +34,7 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         self.layers: list = []
 
     def set_weights(self, weights: dict) -> None:
-        # float64: results then do not depend on the batch size (see NumpyPolicy.outputs).
+        # float64 by default: results then do not depend on the batch size (see NumpyPolicy.outputs).
         array = lambda name: np.asarray(weights[name], self.dtype)  # noqa: E731
         if self.encoder is not None:
             self.encoder.set_weights(weights)

@@ -23,6 +23,8 @@ new frames each than `frame_capacity / capacity` minus half that headroom.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from rlpar.replay.storage import RingStorage
@@ -60,8 +62,16 @@ def fingerprints(planes: np.ndarray) -> np.ndarray:
     if pad:
         planes = np.concatenate([planes, np.zeros((len(planes), pad), np.uint8)], axis=1)
     words = planes.view(np.uint64)
-    multipliers = np.random.default_rng(_FINGERPRINT_SEED).integers(0, 2**63, words.shape[1], dtype=np.uint64)
-    return words @ ((multipliers << np.uint64(1)) | np.uint64(1))  # wraps modulo 2**64
+    return words @ _odd_multipliers(words.shape[1])  # wraps modulo 2**64
+
+
+@functools.lru_cache(maxsize=4)
+def _odd_multipliers(count: int) -> np.ndarray:
+    """The hash's fixed odd 64-bit multipliers, drawn once per row width (not at every add)."""
+    multipliers = np.random.default_rng(_FINGERPRINT_SEED).integers(0, 2**63, count, dtype=np.uint64)
+    multipliers = (multipliers << np.uint64(1)) | np.uint64(1)
+    multipliers.flags.writeable = False
+    return multipliers
 
 
 def _equal_rows(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -109,11 +119,6 @@ class FrameStorage:
         frame_bytes = int(np.prod(fields["obs"][0])) // stack
         item = RingStorage.required_bytes(1, FrameStorage._item_fields(fields, stack))
         return item + frames_per_transition * (frame_bytes + 8 + 100)
-
-    @staticmethod
-    def required_bytes(capacity: int, fields: dict, stack: int, frames_per_transition: float) -> int:
-        """Bytes a full storage takes."""
-        return int(np.ceil(capacity * FrameStorage.bytes_per_item(fields, stack, frames_per_transition)))
 
     @property
     def size(self) -> int:
