@@ -9,6 +9,7 @@ defines `config_problems` (then it is imported). Nothing here names a component 
 
 from __future__ import annotations
 
+import math
 from functools import cached_property, partial
 from pathlib import Path
 
@@ -57,7 +58,11 @@ class ConfigView:
             self.problems.append(f"{key}: cannot be resolved ({first_line(err)})")
             return None
 
-    def number(self, key: str, *, integer=False, low=None, high=None, low_open=False, high_open=False, optional=False):
+    def number(self, key: str, *, integer=False, low=None, high=None, low_open=False, high_open=False, optional=False,
+               infinite_ok=False):
+        """The value where it is a number in range, with a problem recorded otherwise. NaN is never
+        a number here (every comparison with it is false, so no range would catch it); infinity only
+        with `infinite_ok`."""
         value = self.get(key)
         if key in self.unresolved:
             return None
@@ -68,6 +73,13 @@ class ConfigView:
         kinds = (int,) if integer else (int, float)
         if isinstance(value, bool) or not isinstance(value, kinds):
             self.problems.append(f"{key}: expected {'an integer' if integer else 'a number'}, got {shown(value)}")
+            return None
+        if math.isnan(value):
+            self.problems.append(f"{key}: nan is not a number (expected {_number_in_words(low, high, low_open, high_open)})")
+            return None
+        if math.isinf(value) and not infinite_ok:
+            expected = _number_in_words(low, high, low_open, high_open, finite=True)
+            self.problems.append(f"{key}: {shown(value)} is not finite (expected {expected})")
             return None
         if low is not None and (value <= low if low_open else value < low):
             self.problems.append(f"{key}: {shown(value)} is out of range (must be {'>' if low_open else '>='} {low})")
@@ -124,6 +136,13 @@ class ConfigView:
         rules = getattr(component, method, None)
         if rules is not None:
             self.problems.extend(rules(self, *args) or [])
+
+
+def _number_in_words(low, high, low_open: bool, high_open: bool, *, finite: bool = False) -> str:
+    """'a number > 0 and <= 1': what a range check accepts."""
+    bounds = [f"{'>' if low_open else '>='} {low}" if low is not None else "",
+              f"{'<' if high_open else '<='} {high}" if high is not None else ""]
+    return " ".join(filter(None, ["a finite number" if finite else "a number", " and ".join(filter(None, bounds))]))
 
 
 def validate_config(cfg: DictConfig, *, check_env: bool = True):
@@ -208,7 +227,7 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     number("clip", low=0, high=1, low_open=True, high_open=True)
     number("value_coef", low=0)
     number("entropy_coef", low=0)
-    number("max_grad_norm", low=0, low_open=True)
+    number("max_grad_norm", low=0, low_open=True, infinite_ok=True)  # inf: no clipping (SAC, TD3)
     number("epochs", integer=True, low=1)
     number("reward_scale", low=0, low_open=True)
     number("reward_clip", low=0, low_open=True, optional=True)
@@ -313,7 +332,7 @@ def _check_env(c: ConfigView, check_env: bool):
         check_env = False
     c.number("env.max_episode_steps", integer=True, low=1, optional=True)
     c.number("env.max_restarts", integer=True, low=0, optional=True)
-    c.number("env.restart_window_s", low=0, low_open=True, optional=True)
+    c.number("env.restart_window_s", low=0, low_open=True, optional=True, infinite_ok=True)  # inf: never forgets a rebuild
     if not check_env:
         return None
     env_cfg = c.get("env")

@@ -109,6 +109,26 @@ def test_learners_need_a_data_parallel_algorithm_on_ray_and_a_column_each(make_c
         validate_config(make_cfg(*overrides), check_env=False)
 
 
+def test_nan_and_infinity_are_refused_by_every_range_check_one_line_each(make_cfg):
+    """NaN fails every comparison, so a range check alone lets it through (nan as time_limit_s
+    meant no limit); infinity is refused where a finite value is needed, and taken where it means
+    something (a restart window that never forgets)."""
+    overrides = ["time_limit_s=nan", "algo.clip=nan", "env.restart_window_s=nan", "learner_group.timeout_s=nan",
+                 "algo.lr=inf", "algo.gamma=-inf", "parallel=multiprocess", "parallel.sample_timeout_s=inf"]
+    with pytest.raises(ConfigError) as refused:
+        validate_config(make_cfg(*overrides), check_env=False)
+    assert refused.value.problems == [
+        "time_limit_s: nan is not a number (expected a number > 0)",
+        "learner_group.timeout_s: nan is not a number (expected a number > 0)",
+        "algo.lr: inf is not finite (expected a finite number > 0)",
+        "algo.gamma: -inf is not finite (expected a finite number >= 0 and <= 1)",
+        "algo.clip: nan is not a number (expected a number > 0 and < 1)",
+        "env.restart_window_s: nan is not a number (expected a number > 0)",
+        "parallel.sample_timeout_s: inf is not finite (expected a finite number > 0)",
+    ]
+    validate_config(make_cfg("env.restart_window_s=inf"), check_env=False)
+
+
 def test_two_learners_of_ppo_on_ray_are_accepted(make_cfg):
     validate_config(make_cfg("learners=2", "parallel=distributed"), check_env=False)
 
