@@ -458,6 +458,11 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
     kwargs = env_cfg.get("kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {shown(kwargs)}")
+    policies = env_cfg.get("policies")
+    if isinstance(policies, dict):  # {policy: [agent names or patterns]}
+        problems += [f"env.policies: policy name {shown(name)} must be a name without dots (it names the policy's "
+                     f"weights, policies.<name>.*, and its metrics), for example {shown(str(name).replace('.', '_') or 'team')}"
+                     for name in policies if not isinstance(name, str) or not name or "." in name]
     return problems
 
 

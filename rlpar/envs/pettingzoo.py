@@ -76,6 +76,10 @@ def policy_groups(agents: tuple[str, ...], mapping, same_spaces) -> tuple[tuple[
                 raise ValueError(f"env.policies: agent '{agent}' matches {len(owners)} policies "
                                  f"({', '.join(owners) or 'none'}); each agent needs exactly one")
             names.append(owners[0])
+        unmatched = [f"{p} ({', '.join(map(str, _as_list(patterns)))})" for p, patterns in mapping.items() if p not in names]
+        if unmatched:
+            raise ValueError(f"env.policies: {' and '.join(unmatched)} {'matches' if len(unmatched) == 1 else 'match'} "
+                             f"no agent; the agents are {', '.join(agents)}")
     else:
         raise ValueError(f"env.policies: expected one of {', '.join(POLICY_MAPPINGS)} or a mapping "
                          f"{{policy: [agent names or patterns]}}, got {mapping!r}")
