@@ -65,7 +65,12 @@ def _signature(key: bytes, data: bytes) -> str:
 def dumps_signed(obj) -> tuple[bytes, str]:
     """The pickle of `obj` and its signature under this user's key."""
     data = pickle.dumps(obj)
-    return data, _signature(user_key(create=True), data)
+    return data, sign(data)
+
+
+def sign(data: bytes) -> str:
+    """This user's signature of `data` (a pickle made elsewhere, e.g. rlpar.envs.state_pickle)."""
+    return _signature(user_key(create=True), data)
 
 
 def verify(data: bytes, signature) -> None:

@@ -12,6 +12,7 @@ from rlpar.envs.contract import observation_problem, reward_problem
 from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import (ActionInfo, ObservationInfo, describe_action_space, describe_observation_space,
                                whitened_by_default)
+from rlpar.envs.state_pickle import state_pickle_problem
 from rlpar.errors import first_line
 
 PROBE_STEPS = 5
@@ -22,7 +23,9 @@ class EnvProbe:
     """What one environment of `spec` showed. `problem`: why it cannot be trained on (it could
     not be built, or its spaces cannot be described), in one line; then the other fields are None.
     `step_problem`: what it did wrong when reset and stepped (observations outside its space,
-    NaN, a failing step), or None."""
+    NaN, a failing step), or None. `state_problem`: why its state cannot travel in a checkpoint
+    (rlpar.envs.state_pickle: it is pickled, unpickled and stepped beside the original once), or
+    None; checked only when it was stepped."""
 
     spec: EnvSpec
     problem: str | None = None
@@ -33,6 +36,7 @@ class EnvProbe:
     whitened: bool = False  # what `model.normalize_obs=auto` becomes (rlpar.envs.spaces.whitened_by_default)
     step_problem: str | None = None
     agents: object | None = None  # env=pettingzoo: its AgentLayout (rlpar/envs/pettingzoo.py)
+    state_problem: str | None = None
 
     @property
     def name(self) -> str:
@@ -58,11 +62,17 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
             action = describe_action_space(env.action_space)
         except TypeError as err:
             return EnvProbe(spec, f"env: {err}")
+        step_problem = _step_problem(env, name, steps) if steps else None
+        if steps and step_problem is None:
+            sampled = env.action_space.sample()
+            state_problem = state_pickle_problem(env, lambda copy: copy.step(sampled)[:2])
+        else:
+            state_problem = None
         return EnvProbe(
             spec, observation=observation, action=action, action_space=env.action_space,
             vector_observations=isinstance(env.observation_space, gym.spaces.Box) and not observation.image_shape,
             whitened=whitened_by_default(env.observation_space),
-            step_problem=_step_problem(env, name, steps) if steps else None,
+            step_problem=step_problem, state_problem=state_problem,
         )
     finally:
         env.close()
@@ -103,12 +113,13 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
             obs, rewards, *_ = venv.step(np.stack([space.sample() for space in venv.action_spaces]))  # one environment
             if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
                 return replace(probe, step_problem=f"env: {name} returned NaN or infinite observations or rewards at {stage}")
+        actions = np.stack([space.sample() for space in venv.action_spaces])
+        return replace(probe, state_problem=state_pickle_problem(venv, lambda copy: copy.step(actions)[:2]))
     except Exception as err:
         return replace(probe, step_problem=f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})")
     finally:
         if venv is not None:
             venv.close()
-    return probe
 
 
 def _step_problem(env: gym.Env, name: str, steps: int) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rlpar.config.known_keys import ALGO_KEYS_NOT_FOR_LEARNER
 from rlpar.config.validate import ConfigError
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.probe import EnvProbe, probe_env
+from rlpar.envs.state_pickle import state_dropped_message
 from rlpar.logging.progress import ProgressLine
 from rlpar.models.multi_agent import MultiAgentSpec
 from rlpar.models.spec import PolicySpec
@@ -20,6 +22,7 @@ from rlpar.runtime import run_dir as run_directory
 from rlpar.runtime import run_lock
 from rlpar.runtime.trainer import Trainer
 
+log = logging.getLogger("rlpar")
 
 
 def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto",
@@ -81,6 +84,9 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         worker_options=algo_cls.worker_options(algo),
         inference_device=container["hardware"]["device"],
     )
+    if env_probe is not None and env_probe.spec == env_spec and env_probe.state_problem and sampler.keeps_env_state():
+        log.warning("%s", state_dropped_message(env_probe.name, env_probe.state_problem))
+        sampler.drop_env_state(env_probe.state_problem)
     algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
     if algo_cfg.get("normalize_rewards") == "auto":
         algo_cfg.normalize_rewards = box_observations

@@ -94,6 +94,14 @@ class Sampler(ABC):
     def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
         """`environments=False` restores counters only and keeps the environments as built."""
 
+    def keeps_env_state(self) -> bool:
+        """Whether its checkpoints hold the environments' state, for an exact resume."""
+        return False
+
+    def drop_env_state(self, reason: str) -> None:
+        """Checkpoint without environment state from now on (`reason`: why it cannot be
+        pickled); a resume then starts fresh episodes."""
+
     def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
                       node_index: int | None = None, on_lost=None) -> Service:
         """A side service for the algorithm (rlpar.sampling.services), placed where this

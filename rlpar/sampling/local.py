@@ -88,6 +88,12 @@ class LocalSampler(Sampler):
             self.worker.set_state(state["worker"])
         self.env_restarts = int(state.get("env_restarts", 0))
 
+    def keeps_env_state(self) -> bool:
+        return getattr(self.worker, "env_state_problem", True) is None
+
+    def drop_env_state(self, reason: str) -> None:
+        self.worker.env_state_problem = reason
+
     def close(self) -> None:
         self.stop_services()
         self.worker.close()

@@ -7,6 +7,7 @@ own generator, so a worker owning environments [k, k + n) produces exactly the c
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -14,10 +15,12 @@ import numpy as np
 from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
 from rlpar.envs.recovering import RESEED_STRIDE
 from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn
+from rlpar.envs.state_pickle import described, dumps_env_state, state_dropped_message
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch, allocate_batch_arrays, batch_layout
 
 NOISE_STREAM = 1  # separates action-noise seeds from environment seeds
+log = logging.getLogger("rlpar")
 
 
 class RolloutWorker:
@@ -73,6 +76,8 @@ class RolloutWorker:
         self.noise_correlation = float(getattr(policy_spec, "noise_correlation", 0.0))
         self.noise_carry: np.ndarray | None = None
         self.last_rollout_end: float | None = None  # for the time this worker sat idle between rollouts
+        self.env_state_problem: str | None = None  # why checkpoints keep no environment state (get_state)
+        self.env_name = env_spec.id or env_spec.entry_point
 
     def set_weights(self, weights: dict, version: int) -> None:
         self.policy.set_weights(weights)
@@ -82,23 +87,33 @@ class RolloutWorker:
     def get_state(self) -> dict:
         """Everything that decides the next rollout, as tensors and plain values.
 
-        Environments are pickled (their internal state has no common format) and signed with
-        this user's key; `set_state` unpickles them only after the signature verifies.
+        Environments are pickled (their internal state has no common format: rlpar.envs.state_pickle)
+        and signed with this user's key; `set_state` unpickles them only after the signature
+        verifies. Environments whose state cannot be pickled (`env_state_problem`, found by the
+        start-up probe or by the first checkpoint that tried) are left out: the state is then
+        empty, and a resume starts fresh episodes.
         """
         import torch  # only the learner's process checkpoints; workers never import torch
 
-        from rlpar.signed_pickle import SIGNED_PICKLE, dumps_signed
+        from rlpar.signed_pickle import SIGNED_PICKLE, sign
 
+        if self.env_state_problem is not None:
+            return {}
         env_fns = getattr(self.venv, "env_fns", None)  # SyncVectorEnv keeps its (unpicklable) factories
         if env_fns is not None:
             self.venv.env_fns = None
         try:
-            env_bytes, signature = dumps_signed(self.venv)
+            env_bytes = dumps_env_state(self.venv)
+        except Exception as err:  # an environment's own objects: any exception
+            self.env_state_problem = f"pickling it failed ({described(err)})"
+            log.warning("%s", state_dropped_message(self.env_name, self.env_state_problem))
+            return {}
         finally:
             if env_fns is not None:
                 self.venv.env_fns = env_fns
         return {
-            "venv": {SIGNED_PICKLE: torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8), "hmac_sha256": signature},
+            "venv": {SIGNED_PICKLE: torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8),
+                     "hmac_sha256": sign(env_bytes)},
             "raw_obs": torch.from_numpy(self.raw_obs.copy()),
             "autoreset_pending": torch.from_numpy(self.autoreset_pending.copy()),
             "episode_return": torch.from_numpy(self.episode_return.copy()),
@@ -111,10 +126,20 @@ class RolloutWorker:
         }
 
     def set_state(self, state: dict) -> None:
-        """Raises UntrustedPickleError, before unpickling anything, unless this user signed it."""
-        from rlpar.signed_pickle import SIGNED_PICKLE, loads_signed
+        """Raises UntrustedPickleError, before unpickling anything, unless this user signed it. A
+        state without environments (see `get_state`) keeps the fresh ones."""
+        from rlpar.signed_pickle import SIGNED_PICKLE, UntrustedPickleError, loads_signed
 
-        venv = loads_signed(state["venv"][SIGNED_PICKLE].numpy().tobytes(), state["venv"].get("hmac_sha256"))
+        if "venv" not in state:
+            return
+        try:
+            venv = loads_signed(state["venv"][SIGNED_PICKLE].numpy().tobytes(), state["venv"].get("hmac_sha256"))
+        except UntrustedPickleError:
+            raise
+        except Exception as err:  # the environment's own code, or code that has changed since it was saved
+            log.warning("the checkpoint's environment state cannot be unpickled (%s); this resume starts fresh "
+                        "episodes", described(err))
+            return
         self.venv.close()
         self.venv = venv
         self.raw_obs = state["raw_obs"].numpy().copy()
