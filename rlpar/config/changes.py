@@ -12,6 +12,13 @@ WHERE_THE_RUN_IS = ("run_dir", "resume")  # a run directory may be moved, and is
 _ABSENT = object()
 
 
+def resume_change_problems(keys) -> list[str]:
+    """One line for each of `keys` (set on a resume's command line) that a resume may not change."""
+    return [f"{key}: cannot be changed when resuming (the run continues with its own config; "
+            f"only {', '.join(RESUME_OVERRIDABLE)} can)"
+            for key in keys if key not in RESUME_OVERRIDABLE and key != "resume" and not key.startswith("hydra")]
+
+
 def config_mismatches(config: dict, checkpoint_config: dict, *, sections: tuple[str, ...] | None = None) -> list[str]:
     """What `config` (a run's config.yaml, as it would run now) changes from the config its
     checkpoint was made with, one `key (checkpoint A, config.yaml B)` each. Keys a resume may

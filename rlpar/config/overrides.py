@@ -158,6 +158,7 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
     group choices; skipped when a group choice is swept (the key may exist in one option only)."""
     from omegaconf import OmegaConf
 
+    from rlpar.config.changes import resume_change_problems
     from rlpar.config.compose import compose_config
     from rlpar.config.known_keys import did_you_mean
 
@@ -175,7 +176,7 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
                               *(o.input_line for o, group in zip(parsed, is_group) if group), "preset=null"])
     except Exception:  # anything else wrong with the command: Hydra reports it in its own words
         return []
-    problems = []
+    unknown = []  # (key, advice to add it)
     for override in keys:
         key = override.key_or_group
         node, found = cfg, []
@@ -189,6 +190,29 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
         parent = ".".join(found)
         siblings = list(node.keys()) if OmegaConf.is_dict(node) else []
         name = key.split(".")[len(found)]
-        problems.append(f"{parent + '.' if parent else ''}{name}: not a key of the config"
-                        f"{did_you_mean(name, siblings, parent)} (add a new key with +{key}=...)")
-    return problems
+        unknown.append((key, f"{parent + '.' if parent else ''}{name}: not a key of the config"
+                             f"{did_you_mean(name, siblings, parent)} (add a new key with +{key}=...)"))
+    if not unknown:
+        return []
+    if any(o.key_or_group == "resume" and not o.is_delete() for o in parsed):  # the run's config may have the key
+        return [(resume_change_problems([key]) or [advice])[0] for key, advice in unknown]
+    refused = _refused_when_added([o.input_line for o in parsed], [key for key, _ in unknown], search_path)
+    return [refused.get(key) or advice for key, advice in unknown]
+
+
+def _refused_when_added(overrides: list[str], keys: list[str], search_path: str) -> dict[str, str]:
+    """What validation says about `keys` once added with `+` (the advice above), by key: a key
+    its component does not take, or one an algorithm refuses (model.recurrent for SAC). Advice
+    that would only be refused next is replaced by the refusal."""
+    from rlpar.config.compose import compose_config
+    from rlpar.config.validate import ConfigError, validate_config
+
+    adding = [f"+{o}" if o.partition("=")[0] in keys else o for o in overrides if not o.startswith("hydra.")]
+    try:
+        cfg = compose_config([*([f"hydra.searchpath=[{search_path}]"] if search_path else []), *adding])
+        validate_config(cfg, check_env=False)
+    except ConfigError as err:
+        return {key: next((p for p in err.problems if p.startswith(f"{key}:")), None) for key in keys}
+    except Exception:  # the command cannot be composed so: keep the advice
+        return {}
+    return {}

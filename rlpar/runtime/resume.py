@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.changes import RESUME_OVERRIDABLE
+from rlpar.config.changes import RESUME_OVERRIDABLE, resume_change_problems
 from rlpar.config.validate import ConfigError, resume_dir_problem
 from rlpar.errors import first_line
 
@@ -25,12 +25,8 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
     if problem:
         raise ConfigError([problem])
     keys = _overridden_keys() if overridden_keys is None else overridden_keys
-    fixed = [k for k in keys if k not in RESUME_OVERRIDABLE and k != "resume" and not k.startswith("hydra")]
-    if fixed:  # silently training with the saved value instead would surprise
-        raise ConfigError([
-            f"{key}: cannot be changed when resuming (the run continues with its own config; "
-            f"only {', '.join(RESUME_OVERRIDABLE)} can)" for key in fixed
-        ])
+    if fixed := resume_change_problems(keys):  # silently training with the saved value instead would surprise
+        raise ConfigError(fixed)
     run_dir = Path(str(cfg.resume))
     saved = _load_saved_config(run_dir / "config.yaml")
     with open_dict(saved):

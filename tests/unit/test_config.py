@@ -129,6 +129,28 @@ def test_nan_and_infinity_are_refused_by_every_range_check_one_line_each(make_cf
     validate_config(make_cfg("env.restart_window_s=inf"), check_env=False)
 
 
+@pytest.mark.parametrize("overrides, refusal", [
+    (["algo=sac", "env=pendulum", "model.recurrent=lstm"], "model.recurrent: algo=sac learns feed-forward policies only"),
+    (["algo=td3", "env=pendulum", "model.recurrent=gru"], "model.recurrent: algo=td3 learns feed-forward policies only"),
+    (["algo.nonsense=1"], "algo.nonsense: unknown key (not taken by rlpar.algos.ppo.PPO); it takes "),
+    (["resume=some_run", "env.policies=agent"], "env.policies: cannot be changed when resuming (the run continues "
+                                                "with its own config; only total_steps, "),
+])
+def test_a_key_the_config_lacks_gets_no_advice_to_add_it_that_would_be_refused(overrides, refusal):
+    from rlpar.config.overrides import override_problems
+
+    (problem,) = override_problems(overrides)
+    assert problem.startswith(refusal) and "+" not in problem
+
+
+def test_advice_to_add_a_key_is_given_where_following_it_is_accepted(make_cfg):
+    from rlpar.config.overrides import override_problems
+
+    assert override_problems(["env.kwargs.sutton_barto_reward=true"]) == [
+        "env.kwargs.sutton_barto_reward: not a key of the config (add a new key with +env.kwargs.sutton_barto_reward=...)"]
+    validate_config(make_cfg("+env.kwargs.sutton_barto_reward=true"), check_env=False)
+
+
 def test_two_learners_of_ppo_on_ray_are_accepted(make_cfg):
     validate_config(make_cfg("learners=2", "parallel=distributed"), check_env=False)
 
