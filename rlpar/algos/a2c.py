@@ -14,7 +14,7 @@ from dataclasses import replace
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.step import LearningRate
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.compiled import EagerStep, compile_setting, gradient_step
+from rlpar.learning.compiled import COMPILE_SWITCH_STEP, EagerStep, compile_setting, gradient_step
 from rlpar.learning.optim import build_optimizer
 
 
@@ -54,11 +54,13 @@ class A2C(Algorithm):
         max_consecutive_nonfinite: int = 20,
         sequence_length: int | None = None,
         compile: str | bool = "auto",
+        compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
         """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
-        (rlpar.learning.compiled). `sequence_length`: a recurrent policy's learning pieces, in
+        (rlpar.learning.compiled), used from gradient step `compile_switch` on (or `ready`: as
+        soon as it is compiled). `sequence_length`: a recurrent policy's learning pieces, in
         steps (None: the rollout)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
@@ -77,7 +79,7 @@ class A2C(Algorithm):
                                         images=bool(getattr(policy_spec, "image_shape", ())))
         self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           dynamic=True)
+                                           dynamic=True, switch=compile_switch)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()

@@ -24,7 +24,7 @@ import torch
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.step import LearningRate
-from rlpar.learning.compiled import compile_setting, gradient_step
+from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.sequences import evaluate_steps, pieces_per_minibatch, take_pieces, valid_steps
@@ -73,9 +73,11 @@ class APPO(Algorithm):
         max_consecutive_nonfinite: int = 20,
         sequence_length: int | None = None,
         compile: str | bool = "auto",
+        compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled).
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
+        used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
@@ -94,7 +96,8 @@ class APPO(Algorithm):
                                         precision=precision, recurrent=self.model.recurrent,
                                         images=bool(getattr(policy_spec, "image_shape", ())))
         self.sequence_length = sequence_length
-        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled)
+        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
+                                           switch=compile_switch)
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
         self.gradient_steps = 0

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
-from rlpar.learning.compiled import compile_setting, gradient_step
+from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.q_targets import q_targets, weighted_huber
 from rlpar.learning.r2d2 import sequence_q_loss
@@ -70,11 +70,13 @@ class DQN(ReplayLearner):
         reward_clip: float | None = None,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
         burn_in: int = 8,
         sequence_length: int = 16,
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled);
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
+        used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled);
         `burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
         self.recurrent = policy_spec.recurrent is not None
         self.burn_in, self.sequence_length = burn_in, sequence_length
@@ -93,7 +95,8 @@ class DQN(ReplayLearner):
                                         precision=precision, recurrent=self.recurrent,
                                         images=bool(getattr(policy_spec, "image_shape", ())))
         loss = self.sequence_loss if self.recurrent else self.minibatch_loss
-        self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled)
+        self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled,
+                                           switch=compile_switch)
 
     def build_replay(self) -> None:
         """Transitions (ReplayLearner's), or a recurrent Q-network's sequences."""

@@ -20,7 +20,7 @@ import torch
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.step import LearningRate
-from rlpar.learning.compiled import compile_setting, gradient_step
+from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.sequences import evaluate_steps, valid_steps
@@ -61,10 +61,12 @@ class IMPALA(Algorithm):
         normalize_rewards: bool = False,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
-        valid steps of a batch vary) (rlpar.learning.compiled)."""
+        valid steps of a batch vary) (rlpar.learning.compiled), used from gradient step
+        `compile_switch` on (or `ready`: as soon as it is compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
@@ -80,7 +82,7 @@ class IMPALA(Algorithm):
                                         precision=precision, recurrent=self.model.recurrent,
                                         images=bool(getattr(policy_spec, "image_shape", ())))
         self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           dynamic=True)
+                                           dynamic=True, switch=compile_switch)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)

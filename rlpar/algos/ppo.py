@@ -15,7 +15,7 @@ import torch
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.batch_tensors import advantage_inputs
 from rlpar.learning.step import LearningRate
-from rlpar.learning.compiled import compile_setting, gradient_step
+from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
@@ -58,9 +58,11 @@ class PPO(Algorithm):
         max_consecutive_nonfinite: int = 20,
         sequence_length: int | None = None,
         compile: str | bool = "auto",
+        compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled).
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
+        used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
@@ -86,7 +88,7 @@ class PPO(Algorithm):
         batch_steps = sampler.rollout_length * sampler.num_envs if sampler is not None else 2 * minibatch_size
         whole_batch = batch_steps <= minibatch_size
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           dynamic=whole_batch, unroll=1 if whole_batch else 4)
+                                           dynamic=whole_batch, unroll=1 if whole_batch else 4, switch=compile_switch)
 
     def training_step(self) -> StepResult:
         # non_blocking: the workers sample on while the learner updates, and an update still

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
-from rlpar.learning.compiled import compile_setting, gradient_step
+from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.step import GuardedStep, LearningRate
 from rlpar.replay.settings import ReplaySettings
@@ -66,10 +66,12 @@ class SAC(ReplayLearner):
         reward_clip: float | None = None,
         max_consecutive_nonfinite: int = 20,
         compile: str | bool = "auto",
+        compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
         """`alpha`: the entropy coefficient α, auto (learned, from `initial_alpha`) or fixed;
-        `max_grad_norm`: .inf, no clipping (as the reference implementations)."""
+        `max_grad_norm`: .inf, no clipping (as the reference implementations). `compile_switch`:
+        each step's gradient step from which its compiled graph is used (rlpar.learning.compiled)."""
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, n_step=n_step, batch_size=batch_size, replay_ratio=replay_ratio,
                          learning_starts=learning_starts, weight_sync_interval=weight_sync_interval, replay=replay,
@@ -96,9 +98,9 @@ class SAC(ReplayLearner):
         self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
                                         precision=precision)
         self.critic_step = gradient_step(self.critic_loss, model=self.model.critic, guard=self.step,
-                                         compiled=self.compiled)
+                                         compiled=self.compiled, switch=compile_switch)
         self.actor_step = gradient_step(self.actor_loss, model=self.actor_side, guard=self.actor_guard,
-                                        compiled=self.compiled)
+                                        compiled=self.compiled, switch=compile_switch)
         self.last_actor_stats = torch.zeros(3)  # the latest actor step's (loss, α, entropy), for delayed steps
 
     # -- acting -----------------------------------------------------------------------------

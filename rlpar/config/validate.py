@@ -268,6 +268,9 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
             c.choice(f"algo.{name}", options)
     if c.get("algo.compile") is not None:  # the minibatch learners and A2C
         c.choice("algo.compile", ("auto", True, False))
+    switch = c.get("algo.compile_switch")
+    if switch is not None and switch != "ready" and (isinstance(switch, bool) or not isinstance(switch, int) or switch < 0):
+        c.problems.append(f"algo.compile_switch: expected a gradient step (an integer >= 0) or ready, got {shown(switch)}")
     if takes is not None and "precision" in takes:
         _check_precision(c)
     rollout = c.number("algo.rollout_length", integer=True, low=1)

@@ -7,9 +7,16 @@ eager torch spends the rest dispatching ~150 small ops; one graph saves most of 
 
 Compile cost: seconds from Inductor's on-disk cache, which rlpar keeps in ~/.cache/rlpar/inductor
 (TORCHINDUCTOR_CACHE_DIR, if you set none), tens of seconds cold, once per machine and shape. So
-no run waits for a cold compile: the learner steps eagerly while a forked child compiles and
-fills the cache (`WarmCompile`), then compiles from the cache. `auto` compiles only runs long
-enough to win.
+the learner steps eagerly while a forked child compiles and fills the cache (`WarmCompile`), then
+compiles from the cache. `auto` compiles only runs long enough to win.
+
+When the learner switches (`CompileSwitch`, `algo.compile_switch`): at a gradient step fixed in
+advance, the optimiser's own step count, waiting there for the compile if it is not done yet
+(once per machine and shape, with a cold cache). The compiled graph's floats differ from eager's
+in the last bits, so a switch at whatever moment the compile ends would make two runs of one seed
+differ; at a fixed step they are the same, cold cache or warm, and a resumed run switches where
+the uninterrupted one did. `ready` switches as soon as the compile is done instead: no wait on a
+cold cache, but runs of one seed differ.
 
 The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -31,12 +39,20 @@ from pathlib import Path
 
 import torch
 
+from rlpar.errors import first_line
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.step import GuardedStep
+from rlpar.logging.run_log import FILE_ONLY
 
 AUTO_MIN_GRADIENT_STEPS = 100_000
+# The default switch: a warm cache's compile (seconds) is done by then, at a few thousand steps a second
+COMPILE_SWITCH_STEP = 5_000
+WHEN_READY = "ready"  # algo.compile_switch: as soon as the compile is done (runs of one seed then differ)
 WARM_UP_LIMIT_S = 900.0  # a cold compile takes tens of seconds of one core; far longer, the child is stuck
 CACHE_DIR = Path.home() / ".cache" / "rlpar" / "inductor"
+FAILURE_CHARS = 16_000  # of a failed compile's message (a compiler's output), kept in main.log
+
+log = logging.getLogger("rlpar")
 
 
 def compile_setting(setting: str | bool, *, expected_gradient_steps: int, precision: str = "fp32",
@@ -57,15 +73,56 @@ def torch_compile(fn, *, dynamic: bool = False):
 
 
 def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compiled: bool, dynamic: bool = False,
-                  unroll: int = 1):
+                  unroll: int = 1, switch: int | str = COMPILE_SWITCH_STEP):
     """One gradient step on a minibatch, returning the detached outputs of
     `loss_fn(**minibatch) -> (loss, *parts)`: eager; or compiled whole (LeanAdam); or, with
-    other optimisers, with the loss compiled. `dynamic`: minibatch sizes vary."""
+    other optimisers, with the loss compiled. `dynamic`: minibatch sizes vary. `switch`: the
+    gradient step from which the compiled graph is used (`CompileSwitch`)."""
     if not compiled:
         return EagerStep(loss_fn, guard=guard)
     if isinstance(guard.optimizer, LeanAdam):
-        return CompiledStep(loss_fn, model=model, guard=guard, dynamic=dynamic, unroll=unroll)
-    return EagerStep(_WarmLoss(loss_fn, dynamic=dynamic, device=next(model.parameters()).device), guard=guard)
+        return CompiledStep(loss_fn, model=model, guard=guard, dynamic=dynamic, unroll=unroll, switch=switch)
+    return EagerStep(_WarmLoss(loss_fn, dynamic=dynamic, device=next(model.parameters()).device,
+                               switch=CompileSwitch(switch, optimizer=guard.optimizer)), guard=guard)
+
+
+def optimizer_steps(optimizer) -> int:
+    """The gradient steps `optimizer` has applied, read from its own state (which checkpoints
+    keep): LeanAdam's step counts, or a torch optimiser's `step` (0 for one that keeps none)."""
+    if isinstance(optimizer, LeanAdam):
+        return int(optimizer.steps[0]) if optimizer.steps else 0
+    first = optimizer.param_groups[0]["params"][0]
+    return int(optimizer.state.get(first, {}).get("step", 0))
+
+
+class CompileSwitch:
+    """When a learner's steps go from eager to compiled: from the optimiser's step `at` on, fixed
+    in advance, waiting there for the warm-up compile if it has not finished (runs of one seed are
+    then the same: the compiled graph's floats differ from eager's in the last bits); or, with
+    `at="ready"`, as soon as the compile is done (no wait; not reproducible). On a GPU, and after
+    `wait_compiled`, the compile is here, at the first step."""
+
+    said_not_reproducible = False  # once per process
+
+    def __init__(self, at: int | str, *, optimizer):
+        self.at, self.optimizer = at, optimizer
+        self.reached: int | None = None  # the step at which the switch came
+
+    def use_compiled(self, warm: "WarmCompile", args: tuple = (), kwargs: dict | None = None) -> bool:
+        """Whether this call takes `warm`'s compiled function (its warm-up starts at the first call)."""
+        if warm.in_process or warm.device.type != "cpu":
+            return warm.ready(args, kwargs)
+        if self.at == WHEN_READY:
+            if not CompileSwitch.said_not_reproducible:
+                CompileSwitch.said_not_reproducible = True
+                log.warning("algo.compile_switch=ready: the learner takes its compiled step as soon as it is compiled, "
+                            "a moment that varies, so runs of one seed differ (a gradient step, the default, keeps "
+                            "them the same)")
+            return warm.ready(args, kwargs)
+        if self.reached is None:
+            steps = optimizer_steps(self.optimizer)
+            self.reached = steps if steps >= self.at else None
+        return warm.ready(args, kwargs, wait=self.reached is not None, step=self.reached or 0) and self.reached is not None
 
 
 class WarmCompile:
@@ -80,6 +137,8 @@ class WarmCompile:
     learner's and the workers'). CUDA cannot be used in a forked child: on a GPU, and after
     `in_process`, the first call compiles here and waits."""
 
+    said_waiting = False  # the console line before the learner waits: once per process
+
     def __init__(self, fn, *, device: torch.device):
         self.fn = fn
         self.device = torch.device(device)
@@ -90,41 +149,65 @@ class WarmCompile:
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
 
-    def ready(self, args: tuple = (), kwargs: dict | None = None) -> bool:
-        """Whether to call the compiled function now; the first call starts the warm-up, on
-        `args` and `kwargs` (those of the call the caller then makes eagerly)."""
+    def ready(self, args: tuple = (), kwargs: dict | None = None, *, wait: bool = False, step: int = 0) -> bool:
+        """Whether the compiled function can be called now; the first call starts the warm-up, on
+        `args` and `kwargs` (those of the call the caller then makes eagerly). `wait`: the
+        caller's switch (at gradient step `step`) has come: wait for the warm-up to end, starting
+        it first if another function's child held it back."""
+        since = time.monotonic()
         if self.state == "warming":
-            self._poll()
+            self._poll(wait=wait, step=step, since=since)
         elif self.state == "new":
             if self.in_process or self.device.type != "cpu":
                 self.state = "ready"
-            elif not _WarmChild.running:
+                return True
+            if wait and _WarmChild.running:
+                self.say_waiting(step)
+                _WarmChild.wait_for_all()
+            if not _WarmChild.running:
                 self.child = _WarmChild.start(self.fn, args, kwargs or {})
                 self.state = "warming"
+                if wait:
+                    self._poll(wait=True, step=step, since=since)
         return self.state == "ready"
 
-    def _poll(self) -> None:
+    @classmethod
+    def say_waiting(cls, step: int) -> None:
+        if not cls.said_waiting:
+            cls.said_waiting = True
+            print(f"rlpar: waiting for the learner's compile at gradient step {step:,} (algo.compile_switch); a cold "
+                  f"compile cache fills once per machine and shape", flush=True)
+
+    def _poll(self, *, wait: bool, step: int, since: float) -> None:
         outcome = self.child.outcome()
+        if outcome is None and wait:
+            self.say_waiting(step)
+            outcome = self.child.outcome(wait=True)
         if outcome is None:
             return
         self.child = None
         if outcome == "":
             self.state = "ready"
+            if wait:
+                log.info("the learner's step is compiled from gradient step %d (waited %.1f s for its compile)",
+                         step, time.monotonic() - since, extra=FILE_ONLY)
         else:
             self.state = "failed"
-            print(f"rlpar: the compile failed in its warm-up process ({outcome}); the learner stays eager",
-                  file=sys.stderr, flush=True)
+            print(f"rlpar: the compile failed in its warm-up process ({first_line(outcome)}); the learner stays "
+                  f"eager (the compiler's message is in main.log)", file=sys.stderr, flush=True)
+            log.info("the compile failed in its warm-up process:\n%s", outcome, extra=FILE_ONLY)
 
 
 class _WarmLoss:
     """A loss compiled alone (optimisers other than LeanAdam), eager until its compile is warm."""
 
-    def __init__(self, loss_fn, *, dynamic: bool, device: torch.device):
+    def __init__(self, loss_fn, *, dynamic: bool, device: torch.device, switch: CompileSwitch):
         self.eager = loss_fn
         self.compiled = WarmCompile(torch_compile(loss_fn, dynamic=dynamic), device=device)
+        self.switch = switch
 
     def __call__(self, **minibatch):
-        return (self.compiled if self.compiled.ready((), minibatch) else self.eager)(**minibatch)
+        return (self.compiled if self.switch.use_compiled(self.compiled, (), minibatch) else self.eager)(**minibatch)
 
 
 class _WarmChild:
@@ -138,6 +221,13 @@ class _WarmChild:
     def __init__(self, pid: int, reader: int):
         self.pid, self.reader = pid, reader
         self.started = time.monotonic()
+        self.result: str | None = None
+
+    @classmethod
+    def wait_for_all(cls) -> None:
+        """Wait for the children running (another function's warm-up); each keeps its outcome for its caller."""
+        for child in list(cls.running.values()):
+            child.outcome(wait=True)
 
     @classmethod
     def start(cls, fn, args: tuple, kwargs: dict) -> "_WarmChild":
@@ -153,8 +243,17 @@ class _WarmChild:
         cls.running[pid] = child
         return child
 
-    def outcome(self) -> str | None:
-        """None while it runs; then "" (compiled) or why it failed."""
+    def outcome(self, *, wait: bool = False) -> str | None:
+        """None while it runs (unless `wait`); then "" (compiled) or why it failed."""
+        while self.result is None:
+            self.result = self._check()
+            if self.result is None and not wait:
+                break
+            if self.result is None:
+                time.sleep(0.05)
+        return self.result
+
+    def _check(self) -> str | None:
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:  # reaped by someone else: whether it compiled is unknown
@@ -208,7 +307,7 @@ def _warm_up(fn, args: tuple, kwargs: dict, writer: int, *, parent: int) -> None
             loss.backward()
         code = 0
     except BaseException as err:  # noqa: BLE001 - reported by the parent
-        os.write(writer, f"{type(err).__name__}: {err}"[:2000].encode())
+        os.write(writer, f"{type(err).__name__}: {err}"[:FAILURE_CHARS].encode())
     finally:
         os._exit(code)
 
@@ -279,8 +378,10 @@ class CompiledStep:
     """Forward, loss, backward (torch.func), global-norm clipping and Adam (the same update as
     torch's fused kernel that LeanAdam calls), as one compiled graph."""
 
-    def __init__(self, loss_fn, *, model: torch.nn.Module, guard: GuardedStep, dynamic: bool = False, unroll: int = 1):
+    def __init__(self, loss_fn, *, model: torch.nn.Module, guard: GuardedStep, dynamic: bool = False, unroll: int = 1,
+                 switch: int | str = COMPILE_SWITCH_STEP):
         self.guard, self.optimizer = guard, guard.optimizer
+        self.switch = CompileSwitch(switch, optimizer=guard.optimizer)
         self.model = model
         self.names = ["model." + name for name, _ in model.named_parameters()]
         self.loss_call = _LossCall(model, loss_fn)
@@ -335,7 +436,7 @@ class CompiledStep:
 
     def __call__(self, **minibatch) -> tuple:
         inputs = (*self._inputs(), minibatch)
-        if not self.compiled.ready(inputs):
+        if not self.switch.use_compiled(self.compiled, inputs):
             return self.eager(**minibatch)
         outputs, finite = self.compiled(*inputs)
         self.finite_flags.append(finite)
@@ -347,7 +448,7 @@ class CompiledStep:
         if _count(minibatches) != self.unroll:
             return _one_by_one(self, minibatches)
         inputs = (*self._inputs(), minibatches)
-        if not self.compiled_many.ready(inputs):
+        if not self.switch.use_compiled(self.compiled_many, inputs):
             return self.eager.steps(**minibatches)
         outputs, finite = self.compiled_many(*inputs)
         self.finite_flags.extend(finite.unbind(0))

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+FILE_ONLY = {"file_only": True}  # logging's `extra=` for a record meant for main.log alone (a compiler's output)
 
 
 class _RunLogFile(logging.FileHandler):
@@ -40,6 +41,7 @@ class RunLog:
     def __enter__(self):
         root = logging.getLogger()
         console = logging.StreamHandler(sys.stdout)
+        console.addFilter(lambda record: not getattr(record, "file_only", False))
         self._file = _RunLogFile(self.run_dir / "main.log")
         self._handlers = [console, self._file]
         for handler in self._handlers:
