@@ -91,7 +91,10 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
     out_dir = out_dir or sweep_dir
     if is_search_dir(sweep_dir):
         return write_search_report(sweep_dir, out_dir, thresholds)
-    runs = load_runs(sweep_dir) if Path(sweep_dir).is_dir() else []
+    notes = []  # runs skipped, metrics lines skipped
+    runs = load_runs(sweep_dir, notes) if Path(sweep_dir).is_dir() else []
+    for note in notes:
+        print(f"rlpar.report: {note}", file=sys.stderr)
     nothing = no_finished_runs(sweep_dir, runs)
     if nothing:
         raise SystemExit(f"rlpar.report: {nothing}")

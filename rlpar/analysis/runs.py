@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+log = logging.getLogger("rlpar")
 
 # rlpar's own targets where Gymnasium registers no `reward_threshold` (the tuned presets aim at them).
 RLPAR_THRESHOLDS = {"Pendulum-v1": -200.0}
@@ -114,16 +117,36 @@ def return_threshold(env: str, runs: list[Run], overrides: dict[str, float] | No
     return None, "none"
 
 
-def read_metrics(path: Path) -> list[dict]:
-    """A run's metrics.jsonl rows ([] before the first)."""
+def read_metrics(path: Path, notes: list[str] | None = None) -> list[dict]:
+    """A run's metrics.jsonl rows ([] before the first). A line that is not a row is skipped and
+    the rows after it kept, with a note naming the file and line (in `notes`, else logged); a
+    last line cut short by a kill is skipped without one."""
     rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut short by a kill ends the usable part
+    if not path.exists():
+        return rows
+    data = path.read_bytes()
+    lines = data.splitlines()
+    for number, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            row, why = None, f"not JSON ({err.msg}, column {err.colno})"
+        except UnicodeDecodeError:
+            row, why = None, "not UTF-8 text"
+        else:
+            why = f"not a metrics row (a JSON {type(row).__name__})"
+        if isinstance(row, dict):
+            rows.append(row)
+        elif line.strip() and not (number == len(lines) and not data.endswith(b"\n")):
+            _note(notes, f"{path}: line {number} skipped, {why}; the rows after it are kept")
     return rows
+
+
+def _note(notes: list[str] | None, text: str) -> None:
+    if notes is None:
+        log.warning(text)
+    else:
+        notes.append(text)
 
 
 SEARCH_STATE = "tune"  # <search dir>/tune: Ray Tune's own state (rlpar.search.tune_search.TUNE_DIR), never a run
@@ -137,14 +160,51 @@ def is_search_config(config: dict | None) -> bool:
 def is_search_dir(directory: str | Path) -> bool:
     """A search run directory (rlpar.search): search.csv, or a config.yaml with `search` set."""
     directory = Path(directory)
-    return (directory / "search.csv").is_file() or is_search_config(_read_config(directory / "config.yaml"))
+    if (directory / "search.csv").is_file():
+        return True
+    try:
+        return is_search_config(_read_config(directory / "config.yaml"))
+    except UnreadableConfig:
+        return False
+
+
+class UnreadableConfig(ValueError):
+    """A run's config.yaml that is not a run's config: the run is skipped, with this reason."""
+
+
+# Keys the report reads as numbers, and as mappings
+NUMBER_KEYS = ("workers", "envs_per_worker", "seed", "total_steps")
+MAPPING_KEYS = ("env", "parallel", "algo")
 
 
 def _read_config(path: Path) -> dict | None:
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+    """The config.yaml at `path` as a dict; None where there is none; UnreadableConfig, naming
+    why, where it is not a run's config."""
+    if not path.is_file():
+        return None
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise UnreadableConfig(f"its config.yaml is not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UnreadableConfig(f"its config.yaml is not YAML ({getattr(err, 'problem', None) or 'unreadable'}{where})") from None
+    except OSError as err:
+        raise UnreadableConfig(f"its config.yaml cannot be read ({err.strerror or err})") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise UnreadableConfig(f"its config.yaml is not a mapping of keys (it holds a {type(config).__name__})")
+    wrong = [f"{key} is not a number" for key in NUMBER_KEYS
+             if key in config and (isinstance(config[key], bool) or not isinstance(config[key], int))]
+    wrong += [f"{key} is not a mapping" for key in MAPPING_KEYS if config.get(key) is not None and not isinstance(config[key], dict)]
+    if wrong:
+        raise UnreadableConfig(f"its config.yaml is not a run's config ({', '.join(wrong)})")
+    return config
 
 
-def _run_configs(directory: Path) -> list[tuple[Path, dict]]:
+def _run_configs(directory: Path, notes: list[str] | None = None) -> list[tuple[Path, dict]]:
     """(run directory, its config) below `directory`, symlinked directories followed, each run once.
 
     A search directory is not a run itself and its `tune/` is skipped: Ray Tune keeps its own copies
@@ -157,7 +217,11 @@ def _run_configs(directory: Path) -> list[tuple[Path, dict]]:
             continue
         seen.add(real)
         dirs[:] = sorted(d for d in dirs if d != ".hydra")
-        config = _read_config(Path(root) / "config.yaml") if "config.yaml" in files else None
+        try:
+            config = _read_config(Path(root) / "config.yaml") if "config.yaml" in files else None
+        except UnreadableConfig as why:
+            _note(notes, f"skipped run {root}: {why}")
+            continue
         if "search.csv" in files or is_search_config(config):
             dirs[:] = [d for d in dirs if d != SEARCH_STATE]
         elif config is not None:
@@ -165,12 +229,14 @@ def _run_configs(directory: Path) -> list[tuple[Path, dict]]:
     return sorted(found, key=lambda item: item[0])
 
 
-def load_runs(directory: str | Path) -> list[Run]:
-    """Every run directory (one holding config.yaml) below `directory`, in path order."""
+def load_runs(directory: str | Path, notes: list[str] | None = None) -> list[Run]:
+    """Every run directory (one holding config.yaml) below `directory`, in path order. A run whose
+    config.yaml cannot be read is skipped, and a metrics line that is not a row, each with a note
+    (in `notes`, else logged)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"'{directory}' is not a directory")
-    return [Run(path, config, read_metrics(path / "metrics.jsonl")) for path, config in _run_configs(directory)]
+    return [Run(path, config, read_metrics(path / "metrics.jsonl", notes)) for path, config in _run_configs(directory, notes)]
 
 
 def no_finished_runs(directory: str | Path, runs: list[Run], command: str = "python main.py -m experiment=<preset>") -> str | None:

@@ -95,6 +95,46 @@ def test_report_lists_unfinished_runs_instead_of_hiding_them(sweep, tmp_path):
     assert text.count("| Pendulum-v1 |") == 3
 
 
+@pytest.mark.slow
+def test_a_bad_run_is_skipped_in_one_line_and_a_corrupt_metrics_line_keeps_the_rows_after_it(tmp_path):
+    """`rlpar report` on a sweep with a config.yaml that is not UTF-8, one that is not YAML, one
+    that is YAML but not a run's config, and a metrics.jsonl with a corrupt middle line."""
+    sweep_dir = tmp_path / "sweep"
+    for name in ("good", "latin1", "not_yaml", "not_a_run", "corrupt_line"):
+        write_run(sweep_dir / name, seed=len(name), returns=(10.0, 100.0, 200.0, 300.0))
+    (sweep_dir / "latin1" / "config.yaml").write_bytes("env: {id: Caf\xe9-v1}\n".encode("latin-1"))
+    (sweep_dir / "not_yaml" / "config.yaml").write_text("seed: [1, 2\nworkers: 1\n")
+    (sweep_dir / "not_a_run" / "config.yaml").write_text("workers: many\nenv: CartPole-v1\n")
+    metrics = sweep_dir / "corrupt_line" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([lines[0], '{"iteration": 2, "env_st', *lines[2:]]) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "rlpar.report", str(sweep_dir)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"rlpar.report: skipped run {sweep_dir / 'latin1'}: its config.yaml is not UTF-8 text (byte 13)",
+        f"rlpar.report: skipped run {sweep_dir / 'not_a_run'}: its config.yaml is not a run's config (workers is not "
+        f"a number, env is not a mapping)",
+        f"rlpar.report: skipped run {sweep_dir / 'not_yaml'}: its config.yaml is not YAML (expected ',' or ']', but got "
+        f"':' at line 2)",
+        f"rlpar.report: {metrics}: line 2 skipped, not JSON (Unterminated string starting at, column 18); the rows "
+        f"after it are kept",
+    ]
+    runs = {run.path.name: run for run in load_runs(sweep_dir, notes=[])}
+    assert sorted(runs) == ["corrupt_line", "good"]
+    assert [row["iteration"] for row in runs["corrupt_line"].metrics] == [1, 3, 4]
+    assert runs["corrupt_line"].status == "finished"
+    assert report_csv(sweep_dir)["CartPole-v1"]["seeds"] == "2"
+
+
+def test_a_metrics_line_cut_short_by_a_kill_at_the_end_is_skipped_without_a_note(tmp_path):
+    run = write_run(tmp_path / "run", returns=(1.0, 2.0))
+    with open(run / "metrics.jsonl", "a") as handle:
+        handle.write('{"iteration": 3, "env_st')
+    notes = []
+    assert [row["iteration"] for row in load_runs(tmp_path, notes)[0].metrics] == [1, 2] and notes == []
+
+
 @pytest.mark.parametrize("case", ["empty", "missing", "crashed only"])
 def test_report_says_in_one_sentence_that_a_sweep_has_nothing_to_show(tmp_path, case):
     sweep_dir = tmp_path / "sweep"
