@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -12,7 +13,20 @@ def _fmt_duration(seconds: float) -> str:
 
 
 def _fmt_return(value) -> str:
-    return "   n/a" if value is None else f"{value:8.1f}"
+    """Three significant digits (0.965, 12.3, -1,172), right-aligned in 8 characters."""
+    return f"{fmt_significant(value):>8}"
+
+
+def fmt_significant(value, digits: int = 3) -> str:
+    """`value` to at least `digits` significant digits, without an exponent: 0.96 shows as 0.960,
+    -1172.4 as -1,172 (whole numbers in full, with thousands separators); n/a for None or NaN."""
+    if value is None or value != value:
+        return "n/a"
+    rounded = float(f"{value:.{digits}g}")  # 99.96 has 3 digits before the point once rounded
+    if rounded == 0 or not math.isfinite(rounded) or abs(rounded) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"  # whole numbers in full
+    decimals = digits - 1 - math.floor(math.log10(abs(rounded)))
+    return f"{value:,.{decimals}f}"
 
 
 def _fmt_failures(metrics: dict) -> str:
@@ -34,17 +48,26 @@ def _fmt_frames_summary(metrics: dict) -> str:
     return f", {metrics['frames']:,} frames, {metrics['frames'] / max(metrics['wall_time_s'], 1e-9):,.0f} frames/s"
 
 
-def budget_line(*, total_steps: int, done_steps: int = 0, frames_per_step: int = 1) -> str:
-    """What a run is about to train, said before it starts (an Atari preset runs 10M-50M steps)."""
+def budget_line(*, total_steps: int, done_steps: int = 0, frames_per_step: int = 1,
+                time_limit_s: float | None = None, advice: str | None = None) -> str:
+    """What a run is about to train, said before it starts (an Atari preset runs 10M-50M steps),
+    with its time limit when it has one, and `advice` (a cheaper setting, measured) on a line of its own."""
     frames = f" ({total_steps * frames_per_step:,} frames)" if frames_per_step != 1 else ""
     done = f", {done_steps:,} of them done" if done_steps else ""
-    return (f"rlpar: training to {total_steps:,} env steps{frames}{done} (total_steps=N to change); "
-            f"the ETA follows once the first iterations are measured")
+    if time_limit_s is None:
+        budget = f"training to {total_steps:,} env steps{frames}{done} (total_steps=N to change)"
+    else:
+        budget = (f"training to {total_steps:,} env steps{frames}{done} or for {time_limit_s:g} s, "
+                  f"whichever comes first (total_steps=N, time_limit_s=S to change)")
+    line = f"rlpar: {budget}; the ETA follows once the first iterations are measured"
+    return line if advice is None else f"{line}\n{advice}"
 
 
 class ProgressLine:
-    def __init__(self, total_steps: int, stream=None, every_s: float = 5.0, enabled: bool = True):
+    def __init__(self, total_steps: int, stream=None, every_s: float = 5.0, enabled: bool = True,
+                 time_limit_s: float | None = None):
         self.total_steps = total_steps
+        self.time_limit_s = time_limit_s
         self.stream = stream or sys.stdout
         self.interactive = self.stream.isatty()
         self.every_s = every_s
@@ -53,26 +76,38 @@ class ProgressLine:
         self._warm: tuple[int, float] | None = None  # (env steps, wall time) after the first iteration
 
     def eta_s(self, metrics: dict) -> float | None:
-        """Seconds to `total_steps` at the rate of the iterations since the first one (which
-        holds start-up, compilation and warm-up), or None before there is one to measure."""
+        """Seconds to the nearer limit: `total_steps` at the rate of the iterations since the first
+        one (which holds start-up, compilation and warm-up), or the time limit; None before there
+        is an iteration to measure."""
         steps, wall = metrics["env_steps"], metrics["wall_time_s"]
         if self._warm is None:
             self._warm = (steps, wall)
             return None
         rate = (steps - self._warm[0]) / max(wall - self._warm[1], 1e-9)
-        return (self.total_steps - steps) / rate if rate > 0 else None
+        to_steps = (self.total_steps - steps) / rate if rate > 0 else None
+        if self.time_limit_s is None:
+            return to_steps
+        to_time = max(self.time_limit_s - wall, 0.0)
+        return to_time if to_steps is None else min(to_steps, to_time)
+
+    def fraction_done(self, metrics: dict) -> float:
+        """How far the run is to the nearer of its limits (steps, time)."""
+        done = metrics["env_steps"] / self.total_steps
+        if self.time_limit_s:
+            done = max(done, metrics["wall_time_s"] / self.time_limit_s)
+        return min(done, 1.0)
 
     def update(self, metrics: dict) -> None:
         if not self.enabled:
             return
         now = time.monotonic()
-        finished = metrics["env_steps"] >= self.total_steps
+        finished = self.fraction_done(metrics) >= 1.0
         eta = self.eta_s(metrics)
         if not self.interactive and now - self._last < self.every_s and not finished:
             return
         self._last = now
         steps, fps = metrics["env_steps"], metrics["fps"]
-        pct = 100.0 * min(steps / self.total_steps, 1.0)
+        pct = 100.0 * self.fraction_done(metrics)
         line = (
             f"[{pct:5.1f}%] it {metrics['iteration']:>5}  steps {steps:>10,}  fps {fps:>9,.0f}  "
             f"{_fmt_frames_per_s(metrics)}"
@@ -91,8 +126,11 @@ class ProgressLine:
             return
         if self.interactive:
             self.stream.write("\n")
+        stopped_by_time = self.time_limit_s is not None and metrics["env_steps"] < self.total_steps
+        why = (f"the time limit (time_limit_s={self.time_limit_s:g}) reached at "
+               f"{metrics['env_steps']:,} of {self.total_steps:,} steps: " if stopped_by_time else "")
         self.stream.write(
-            f"done: {metrics['env_steps']:,} steps in {metrics['wall_time_s']:.1f} s "
+            f"done: {why}{metrics['env_steps']:,} steps in {metrics['wall_time_s']:.1f} s "
             f"({metrics['env_steps'] / max(metrics['wall_time_s'], 1e-9):,.0f} steps/s"
             f"{_fmt_frames_summary(metrics)}), "
             f"{metrics['episodes']} episodes, return {_fmt_return(metrics['episode_return_mean']).strip()} "

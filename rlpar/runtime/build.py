@@ -114,7 +114,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         seed=container["seed"],
         logger=logger,
         checkpointer=checkpointer,
-        progress=ProgressLine(container["total_steps"], enabled=show),
+        progress=ProgressLine(container["total_steps"], enabled=show, time_limit_s=container.get("time_limit_s")),
         run_config=container,
         time_limit_s=container.get("time_limit_s"),
     )

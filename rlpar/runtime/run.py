@@ -78,7 +78,7 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
             second_stops_at_once=True,
         )
         print(budget_line(total_steps=trainer.total_steps, done_steps=trainer.env_steps,
-                          frames_per_step=trainer.frames_per_step), flush=True)
+                          frames_per_step=trainer.frames_per_step, time_limit_s=trainer.time_limit_s), flush=True)
         try:
             with interrupts:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)

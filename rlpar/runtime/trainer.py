@@ -45,7 +45,8 @@ class Trainer:
     ):
         """`run_config`: the resolved config, kept in every checkpoint so that a resume or an
         evaluation can name what a hand-edited config.yaml changed. `time_limit_s`: the run is
-        also done after this much training time (its wall time, resumes included)."""
+        also done after this much training time (its wall time, resumes included), at the last
+        iteration boundary before it (see `out_of_time`)."""
         self.algorithm = algorithm
         self.env_spec = env_spec
         self.total_steps = total_steps
@@ -59,6 +60,8 @@ class Trainer:
         self.env_steps = 0
         self.wall_time_offset = 0.0  # training time before a restore
         self._clock_start: float | None = None
+        self._iterations_here = 0  # iterations this process has run (the first holds warm-up)
+        self._last_iteration_wall_s = 0.0  # the last iteration's wall time, bookkeeping included
         self.last_metrics: dict = {}
         self.labels: dict = {}  # added to every metrics row (e.g. a search trial's PBT exploits)
         self._collapse_warned = False
@@ -74,7 +77,16 @@ class Trainer:
 
     @property
     def done(self) -> bool:
-        return self.env_steps >= self.total_steps or (self.time_limit_s is not None and self.wall_time() >= self.time_limit_s)
+        return self.env_steps >= self.total_steps or self.out_of_time()
+
+    def out_of_time(self) -> bool:
+        """The time limit is reached, or the next iteration, taking as long as the last one, would
+        end past it: a run stops within one iteration before its limit, not up to one past it.
+        The first iteration of a process (warm-up, compilation) is no measure of the next."""
+        if self.time_limit_s is None:
+            return False
+        expected_s = self._last_iteration_wall_s if self._iterations_here > 1 else 0.0
+        return self.wall_time() + expected_s >= self.time_limit_s
 
     def wall_time(self) -> float:
         if self._clock_start is None:
@@ -126,6 +138,8 @@ class Trainer:
             self.progress.update(metrics)
         if self.checkpointer is not None and self.checkpointer.due(self.iteration):
             self.save()
+        self._iterations_here += 1
+        self._last_iteration_wall_s = time.perf_counter() - start
         return metrics
 
     def _warn_if_exploration_collapsed(self, metrics: dict) -> None:
