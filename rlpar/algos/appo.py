@@ -129,24 +129,26 @@ class APPO(Algorithm):
         self.receive_from_rank0(inputs)
         data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         self.buffer.append([data, self.reuse_per_batch])
-        stats = []
+        stats, samples = [], []
         for entry in list(self.buffer):  # one pass over every batch still in use, newest included
-            stats += self.train_on(entry[0])
+            entry_stats, entry_samples = self.train_on(entry[0])
+            stats, samples = stats + entry_stats, samples + entry_samples
             entry[1] -= 1
             if entry[1] == 0:
                 self.buffer.remove(entry)
         self.gradient_step.settle()
-        losses = torch.stack(stats).mean(0).tolist() if stats else [float("nan")] * 5
+        losses = self.minibatch_mean(torch.stack(stats), samples).tolist() if stats else [float("nan")] * 5
         return {
             "loss_policy": losses[0], "loss_value": losses[1], "loss_entropy": losses[2], "approx_kl": losses[3],
             "clip_fraction": losses[4], "gradient_steps": len(stats), "buffered_batches": len(self.buffer),
             **self.step.metrics(),
         }
 
-    def train_on(self, data: dict) -> list[torch.Tensor]:
+    def train_on(self, data: dict) -> tuple[list[torch.Tensor], list[int]]:
         """One pass of shuffled minibatches (in a learner group, every rank as many: see
         `minibatch_plan`); the target network follows every few steps, on every rank alike.
-        A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each."""
+        A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each.
+        Each step's loss parts, and the samples (rows or pieces) of each step's minibatch."""
         if "valid" in data:
             size, mb = data["valid"].shape[1], pieces_per_minibatch(data["valid"], self.minibatch_size)
             count, take = size // mb, take_pieces
@@ -162,7 +164,7 @@ class APPO(Algorithm):
             self.gradient_steps += 1
             if self.gradient_steps % self.target_update_every == 0:
                 self.target_model.load_state_dict(self.model.state_dict())
-        return stats
+        return stats, [mb] * len(stats)
 
     def join_learner_group(self, collective) -> None:
         """Every rank's buffer starts empty, so that all hold batches of the same updates and

@@ -201,11 +201,11 @@ class Algorithm(ABC):
         in a learner group this rank's environment columns of it); the loss's parts. A recurrent
         model's step takes pieces of `sequence_length` steps (None: whole rollouts), each
         unrolled from its stored state (rlpar.learning.sequences), so the loss sees the valid
-        steps through the memory that acted on them."""
+        steps through the memory that acted on them. The parts are the whole batch's in a group."""
         self.receive_from_rank0(inputs)
         _, parts = self.gradient_step(**self.learning_tensors(inputs, names, sequence_length=sequence_length))
         self.gradient_step.settle()
-        return parts
+        return self.batch_mean(parts, samples=int(np.count_nonzero(inputs["valid"])))
 
     def learning_tensors(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None) -> dict:
         """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
@@ -225,6 +225,19 @@ class Algorithm(ABC):
         """Advantages normalised over the minibatch: this one, or in a learner group the union
         of every rank's rows of it, as one learner would."""
         return normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
+
+    def batch_mean(self, values: torch.Tensor, *, samples: int) -> torch.Tensor:
+        """Statistics that are means over this learner's `samples` (losses, entropy) as one
+        learner on the whole batch logs them: in a learner group, over every rank's samples."""
+        return values if self.collective is None else self.collective.mean(values, samples=samples)
+
+    def minibatch_mean(self, values: torch.Tensor, samples: list[int]) -> torch.Tensor:
+        """The mean over an update's minibatches of their statistics ([minibatches, k], each a
+        mean over `samples[i]` samples here), as one learner logs it: in a learner group each
+        minibatch's taken over every rank's rows of it first. Non-finite steps are left out."""
+        if self.collective is not None:
+            values = self.collective.means_per_row(values, samples=samples)
+        return values.nanmean(0)
 
     def minibatch_plan(self, size: int) -> tuple[int, int]:
         """The minibatch size and the minibatches per pass over `size` samples (the remainder is

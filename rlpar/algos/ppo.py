@@ -168,12 +168,13 @@ class PPO(Algorithm):
         `inputs`: the shuffles (and in a group this rank's minibatch shares); None: drawn here."""
         if inputs is None:
             inputs = {"orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)]}
-        losses, epoch_stats = [], []
+        losses, samples, epoch_stats = [], [], []
         for epoch in range(self.epochs):
             new_logps, old_logps = [], []
             for part in self.epoch_minibatches(data, inputs, epoch):
                 _, p_loss, v_loss, logp = self.gradient_step.steps(**part)
                 losses.append(torch.stack((p_loss, v_loss), dim=1))
+                samples += [logp.numel() // len(p_loss)] * len(p_loss)
                 new_logps.append(logp.reshape(-1))
                 old_logps.append(valid_steps(part["old_logp"], part.get("valid")).reshape(-1))
             new_logp, old_logp = torch.cat(new_logps), torch.cat(old_logps)
@@ -183,14 +184,14 @@ class PPO(Algorithm):
             if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
                 break
         self.gradient_step.settle()
-        loss_policy, loss_value = torch.cat(losses).nanmean(0).tolist()  # (a rank's share of a minibatch may be empty)
+        loss_policy, loss_value = self.minibatch_mean(torch.cat(losses), samples).tolist()
         kl, clip_frac = torch.stack(epoch_stats).mean(0).tolist()
         with torch.no_grad():
             _, entropy, _ = evaluate_steps(self.model, data)
         out = {
             "loss_policy": loss_policy,
             "loss_value": loss_value,
-            "loss_entropy": entropy.mean().item(),
+            "loss_entropy": self.batch_mean(entropy.mean(), samples=entropy.numel()).item(),
             "approx_kl": kl,
             "clip_fraction": clip_frac,
             "epochs": len(epoch_stats),

@@ -87,10 +87,16 @@ class Collective:
 
     def mean(self, values: torch.Tensor, *, samples: int) -> torch.Tensor:
         """The mean over every rank's samples of per-rank means over `samples` each."""
-        mine = values.detach().reshape(-1).to(torch.float64) if samples else values.new_zeros(values.numel(), dtype=torch.float64)
-        weighted = self.sum(torch.cat([mine * samples,
-                                       torch.tensor([float(samples)], dtype=torch.float64)]))
-        return (weighted[:-1] / weighted[-1]).to(values.dtype).view_as(values)
+        return self.means_per_row(values.reshape(1, -1), samples=[samples]).view_as(values)
+
+    def means_per_row(self, values: torch.Tensor, *, samples) -> torch.Tensor:
+        """Row i of `values` ([rows, k]: per-rank means over `samples[i]` samples each, a
+        minibatch's losses) as the mean over every rank's samples of row i, in one all-reduce. A
+        rank without samples in a row adds nothing to it (its mean over none may be NaN)."""
+        counts = torch.as_tensor(samples, dtype=torch.float64).reshape(-1, 1)
+        mine = torch.where(counts > 0, values.detach().to(torch.float64) * counts, 0.0)
+        weighted = self.sum(torch.cat([mine, counts], dim=1))
+        return (weighted[:, :-1] / weighted[:, -1:]).to(values.dtype)
 
     def normalize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
         """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std):

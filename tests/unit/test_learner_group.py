@@ -80,9 +80,15 @@ def weights(algorithm) -> dict:
             for prefix, model in models.items() if model is not None for k, v in model.state_dict().items()}
 
 
+def statistics(out: dict) -> dict:
+    """What an update logs, as float64 arrays (DQN: each step's loss, mean |TD error| and mean Q)."""
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items() if k != "td_errors"}
+
+
 def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, results):
     """One learner process: join the group, learn from its shard of each update, report its
-    weights and the TD errors its last update returned (DQN: every rank's rows)."""
+    weights, the TD errors its last update returned (DQN: every rank's rows) and what that
+    update logs."""
     torch.set_num_threads(1)
     collective = join_group(rank=rank, world_size=world_size, address="127.0.0.1", port=port, timeout_s=TIMEOUT_S)
     try:
@@ -91,13 +97,14 @@ def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, res
         for shard in shards:
             out = algorithm.learn(shard)
         # numpy, not tensors: torch would share their memory through this process, which is ending
-        results.put((rank, weights(algorithm), out.get("td_errors")))
+        results.put((rank, weights(algorithm), out.get("td_errors"), statistics(out)))
     finally:
         leave_group()
 
 
 def learn_in_group(algo, policy_spec, updates: list[dict], world_size: int, options: dict) -> list[tuple]:
-    """Each rank's (weights, last TD errors) after `updates`, each cut as rank 0 cuts it (`shard_inputs`)."""
+    """Each rank's (weights, last TD errors, last statistics) after `updates`, each cut as rank 0
+    cuts it (`shard_inputs`)."""
     shards = [make(algo, policy_spec, **options).shard_inputs(inputs, world_size) for inputs in updates]
     context = multiprocessing.get_context("spawn")
     results, port = context.Queue(), free_port()
@@ -118,13 +125,22 @@ def learn_in_group(algo, policy_spec, updates: list[dict], world_size: int, opti
     return [reports[rank] for rank in range(world_size)]
 
 
-def learn_alone(algo, policy_spec, updates: list[dict], options: dict) -> tuple[dict, dict, np.ndarray | None]:
-    """(weights before, weights after, last TD errors) of one learner on the whole inputs."""
+def learn_alone(algo, policy_spec, updates: list[dict], options: dict) -> tuple[dict, dict, np.ndarray | None, dict]:
+    """(weights before, weights after, last TD errors, last statistics) of one learner on the whole inputs."""
     alone = make(algo, policy_spec, **options)
     start = weights(alone)
     for inputs in updates:
         out = alone.learn(inputs)
-    return start, weights(alone), out.get("td_errors")
+    return start, weights(alone), out.get("td_errors"), statistics(out)
+
+
+def assert_logged_as_alone(group: list[tuple], alone: dict) -> None:
+    """Every rank logs what one learner logs for the same update: the batch's losses, entropy,
+    KL and clip fraction (each minibatch's over every rank's rows of it), within 1e-4 relative."""
+    for rank, (_, _, logged) in enumerate(group):
+        assert logged.keys() == alone.keys()
+        for name, value in alone.items():
+            np.testing.assert_allclose(logged[name], value, rtol=1e-4, atol=1e-7, err_msg=f"rank {rank}: {name}")
 
 
 CASES = {  # options, updates: every case's gradient steps are on whole batches (or whole minibatches)
@@ -140,14 +156,15 @@ CASES = {  # options, updates: every case's gradient steps are on whole batches 
 def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(algo, rollout, q_rollout):
     """Updates with learners=2, each rank on half of every batch (or minibatch), give one
     learner's weights on the whole, within 1e-5, and every rank the same weights bit for bit;
-    DQN's TD errors come back to rank 0 for every row."""
+    DQN's TD errors come back to rank 0 for every row; every rank logs one learner's statistics."""
     options, count = CASES[algo]
     if algo == "dqn":
         policy_spec, updates = replay_updates(q_rollout, options, count)
     else:
         policy_spec, updates = on_policy_updates(algo, rollout, options, count)
-    start, expected, expected_td = learn_alone(algo, policy_spec, updates, options)
+    start, expected, expected_td, expected_logged = learn_alone(algo, policy_spec, updates, options)
     group = learn_in_group(algo, policy_spec, updates, 2, options)
+    assert_logged_as_alone(group, expected_logged)
     for name, value in expected.items():
         assert not np.array_equal(value, start[name]) or "obs_normalizer" in name, name
         np.testing.assert_allclose(group[0][0][name], value, rtol=0, atol=1e-5, err_msg=name)
@@ -160,11 +177,14 @@ def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(algo, rollout
 def test_ranks_keep_identical_weights_through_minibatch_updates(rollout):
     """Shuffled minibatches, several epochs, two updates: every rank ends with the same weights,
     bit for bit (they all apply the same all-reduced gradient), and with one learner's weights:
-    each rank learns its rows of one learner's minibatches (PPO.shard_inputs)."""
+    each rank learns its rows of one learner's minibatches (PPO.shard_inputs), and logs one
+    learner's losses: each minibatch's over every rank's rows of it, not its own rows'."""
     options = {"epochs": 3, "minibatch_size": 32}
     policy_spec, updates = on_policy_updates("ppo", rollout, options, 2)
-    (rank0, _), (rank1, _) = learn_in_group("ppo", policy_spec, updates, 2, options)
-    start, alone, _ = learn_alone("ppo", policy_spec, updates, options)
+    group = learn_in_group("ppo", policy_spec, updates, 2, options)
+    (rank0, _, _), (rank1, _, _) = group
+    start, alone, _, alone_logged = learn_alone("ppo", policy_spec, updates, options)
+    assert_logged_as_alone(group, alone_logged)
     assert not np.array_equal(rank0["model.weights.0"], start["model.weights.0"])
     for name in rank0:
         assert np.array_equal(rank0[name], rank1[name]), name
