@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
-from rlpar.cluster.errors import RayInstanceLostError
+from rlpar.cluster.errors import RayHeadLostError, RayInstanceLostError
 from rlpar.cluster.ray_messages import quiet_expected_warnings
 from rlpar.interrupts import HeldInterrupts, shielded
 
@@ -22,6 +23,9 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent
 WAIT_SLICE_S = 0.25  # a wait on Ray looks this often whether the private instance is still whole
 VITAL_PROCESSES = ("gcs_server", "raylet")  # without either, a private instance cannot go on
+HEAD_PROBE_INTERVAL_S = 0.5  # a joined cluster's head is asked this often whether it still answers
+HEAD_PROBE_TIMEOUT_S = 1.0
+HEAD_LOST_AFTER_S = 5.0  # a head that has not answered for this long is taken for lost
 
 
 def is_loopback(address: str) -> bool:
@@ -330,6 +334,56 @@ def _no_task_event_flush():
             os.environ[name] = saved
 
 
+class HeadWatch:
+    """Whether the head of a joined cluster is still there: its GCS port accepts a connection.
+
+    Ray's core worker, once it has lost the GCS, aborts the driver after
+    gcs_rpc_server_reconnect_timeout_s (60 s), with no chance to checkpoint or say why; the
+    driver's calls to the GCS meanwhile just wait. A run asks this in every wait on Ray and
+    before each call to the GCS, and stops with a final checkpoint once the head has not
+    answered for HEAD_LOST_AFTER_S. (A TCP connect is answered by the head's kernel: a GCS
+    that is busy, even stopped, still counts as there.)"""
+
+    def __init__(self, gcs_address: str):
+        host, _, port = gcs_address.rpartition(":")
+        self.address = (host.strip("[]"), int(port))
+        self.next_probe = 0.0
+        self.unanswered_since: float | None = None
+        self.last_error = ""
+
+    @property
+    def doubtful(self) -> bool:
+        """The last probe went unanswered: calls to the GCS may hang until Ray aborts."""
+        return self.unanswered_since is not None
+
+    def lost(self, *, wait: bool = False) -> str | None:
+        """Why the head is taken for lost, or None. At most one probe every HEAD_PROBE_INTERVAL_S;
+        with `wait`, while the head does not answer, probe on until it does or is lost (at most
+        HEAD_LOST_AFTER_S): for the caller about to call the GCS."""
+        while True:
+            now = time.monotonic()
+            if now >= self.next_probe:
+                self.next_probe = now + HEAD_PROBE_INTERVAL_S
+                self._probe(now)
+            if self.unanswered_since is not None and now - self.unanswered_since >= HEAD_LOST_AFTER_S:
+                host, port = self.address
+                return (f"the Ray cluster's head ({host}:{port}) stopped answering ({self.last_error}, "
+                        f"for {now - self.unanswered_since:.0f} s)")
+            if not (wait and self.doubtful):
+                return None
+            time.sleep(max(self.next_probe - time.monotonic(), 0.0))
+
+    def _probe(self, now: float) -> None:
+        try:
+            socket.create_connection(self.address, timeout=HEAD_PROBE_TIMEOUT_S).close()
+        except OSError as err:
+            self.last_error = err.strerror or type(err).__name__
+            if self.unanswered_since is None:
+                self.unanswered_since = now
+            return
+        self.unanswered_since = None
+
+
 _state: dict = {"private_instance_pending": False, "private_instance": None}
 
 
@@ -364,6 +418,8 @@ class RayConnection:
 
         self.ray = ray
         self.started_here = False
+        self.head: HeadWatch | None = None  # a joined cluster's head, watched
+        self.lost: str | None = None  # why the instance or cluster cannot go on, once found out
         if _state["private_instance_pending"] and not address and ray.is_initialized():
             _state["private_instance_pending"] = False
             self.started_here = True
@@ -383,6 +439,7 @@ class RayConnection:
                 configure_logging=False,
                 **loopback,
             )
+            self.head = HeadWatch(ray.get_runtime_context().gcs_address)
         else:
             _start_private_instance(num_cpus, object_store_mb, namespace)
         self.started_here = True
@@ -392,13 +449,21 @@ class RayConnection:
         """Whether `shutdown` stops a private instance, and with it every actor on it."""
         return self.started_here and _state["private_instance"] is not None
 
-    def check(self) -> None:
+    def check(self, *, calling_gcs: bool = False) -> None:
         """RayInstanceLostError once the private instance's GCS or raylet has died: its runners
-        cannot come back, and Ray's core worker would abort this process a minute later."""
+        cannot come back, and Ray's core worker would abort this process a minute later.
+        RayHeadLostError once a joined cluster's head has stopped answering (HeadWatch);
+        `calling_gcs`: the caller is about to call the GCS, which waits for a head that does not
+        answer until Ray aborts the process: while it does not, wait until it does or is lost."""
         instance = _state["private_instance"] if self.stops_instance else None
         reason = instance.lost() if instance is not None else None
         if reason:
+            self.lost = reason
             raise RayInstanceLostError(f"{reason}; its workers cannot go on, and no node can join a private instance")
+        if self.head is not None and (reason := self.head.lost(wait=calling_gcs)):
+            self.lost = reason
+            raise RayHeadLostError(f"{reason}; the run cannot go on without it (to continue on another cluster: "
+                                   f"resume=RUN_DIR ray.address=HOST:PORT)")
 
     def wait(self, refs: list, *, timeout: float | None) -> list:
         """The refs of `refs` that are ready, after waiting up to `timeout` (None: no limit) for
@@ -419,5 +484,6 @@ class RayConnection:
         if self.started_here and _state["private_instance"] is not None:
             stop_private_instance()
         elif self.started_here and self.ray.is_initialized():
-            self.ray.shutdown()
+            with _no_task_event_flush() if self.lost else nullcontext():
+                self.ray.shutdown()
         self.started_here = False

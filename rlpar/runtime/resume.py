@@ -7,7 +7,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.changes import RESUME_OVERRIDABLE, resume_change_problems
+from rlpar.config.changes import (RESUME_OVERRIDABLE, follow_placement, repeated_group_problems,
+                                  resume_change_problems)
 from rlpar.config.validate import ConfigError, resume_dir_problem
 from rlpar.errors import first_line
 
@@ -29,12 +30,15 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
         raise ConfigError(fixed)
     run_dir = Path(str(cfg.resume))
     saved = _load_saved_config(run_dir / "config.yaml")
+    if problems := repeated_group_problems(keys, cfg, saved):
+        raise ConfigError(problems)
     with open_dict(saved):
         saved.resume = str(run_dir)
         saved.run_dir = str(run_dir)
         for key in keys:
             if key in RESUME_OVERRIDABLE:
                 OmegaConf.update(saved, key, OmegaConf.select(cfg, key), force_add=True)
+        follow_placement(saved, keys)
     return saved
 
 

@@ -126,6 +126,7 @@ class DistributedSampler(WorkerPoolSampler):
             return
         from ray._private.state import available_resources_per_node  # (what Ray Serve's scheduler reads)
 
+        self.connection.check(calling_gcs=True)
         hosts = [n["NodeID"] for n in self.ray.nodes()
                  if n["Alive"] and n["Resources"].get("CPU", 0) >= self.cpus_per_worker]
         # Only onto free CPUs: a node others fill would take no runner, and it would be tried again and again.
@@ -176,6 +177,7 @@ class DistributedSampler(WorkerPoolSampler):
         ray = self.ray
 
         def start(state: dict | None):
+            self.connection.check(calling_gcs=True)
             options = {"num_cpus": 0}
             if node_index is not None:
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -278,6 +280,7 @@ class DistributedSampler(WorkerPoolSampler):
         location = self.locations[worker]
         if location is None:  # never came up: its node is unknown
             return False
+        self.connection.check(calling_gcs=True)
         return not any(n["NodeID"] == location[0] and n["Alive"] for n in self.ray.nodes())
 
     def worker_pids(self) -> list[int | None]:
@@ -296,8 +299,8 @@ class DistributedSampler(WorkerPoolSampler):
 
     def close(self) -> None:
         # The private instance takes its actors with it: killing hundreds one by one first (a GCS
-        # call each) only delays the stop.
-        if not (hasattr(self, "connection") and self.connection.stops_instance):
+        # call each) only delays the stop. A lost instance or head answers no such call.
+        if not (hasattr(self, "connection") and (self.connection.stops_instance or self.connection.lost)):
             self.stop_services()
             for worker, runner in enumerate(getattr(self, "runners", [])):
                 if runner is not None:

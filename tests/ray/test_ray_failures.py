@@ -255,3 +255,54 @@ def test_cli_run_whose_private_instance_loses_its_gcs_or_raylet_stops_within_sec
     assert last <= logged_at_kill + 1  # stopped in the iteration under way, not a minute of training later
     left = left_running(family, adopted_orphans, 60)
     assert not left, f"processes left behind: {left}"
+
+
+def test_cli_run_on_a_cluster_whose_head_is_lost_stops_within_seconds_then_resumes_on_a_new_cluster(tmp_path):
+    """The issue's bar. (Ray aborted the driver 65 s after the head's GCS and raylet were killed:
+    exit 1, no line, no final checkpoint; a resume with the new cluster's address was refused.)"""
+    from tests.ray_helpers import ClusterProcess
+
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    run = [sys.executable, "main.py", *DISTRIBUTED, "hardware=cluster", "checkpoint.every=5", "algo.compile=false",
+           "progress=false"]
+    metrics = tmp_path / "metrics.jsonl"
+    first = ClusterProcess(nodes=2, cpus_per_node=1)
+    try:
+        proc = subprocess.Popen([*run, f"ray.address={first.address}", "total_steps=100000000", f"hydra.run.dir={tmp_path}"],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 7, proc, 300, "7 iterations")
+            head = [pid for (pid, _), command in descendants_of(first.proc.pid).items()
+                    if command.split(" ")[0].endswith("/gcs_server")
+                    or (command.split(" ")[0].endswith("/raylet") and "--head" in command)]
+            assert len(head) == 2
+            for pid in head:
+                os.kill(pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            _, stderr = proc.communicate(timeout=120)
+            stopped_after = time.monotonic() - killed_at
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        first.stop()
+    assert proc.returncode == 3, stderr[-3000:]
+    assert stopped_after < 30  # (Ray's own abort: after 60 s)
+    assert stderr.strip().splitlines() == [stderr.strip()]  # one line
+    assert stderr.startswith(f"rlpar: training stopped: the Ray cluster's head ({first.address}) stopped answering"), stderr
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    newest = max(int(path.stem.split("_")[1]) for path in (tmp_path / "checkpoints").glob("checkpoint_*.pt"))
+    assert newest == rows[-1]["iteration"]  # the final checkpoint, of the last iteration logged
+
+    second = ClusterProcess(nodes=2, cpus_per_node=1)
+    try:  # as deploy/slurm resumes: the group choices repeated, the new cluster's address
+        resumed = subprocess.run([sys.executable, "main.py", "parallel=distributed", "hardware=cluster",
+                                  f"ray.address={second.address}", f"resume={tmp_path}",
+                                  f"total_steps={rows[-1]['env_steps'] + 2 * 256}", "progress=false"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        second.stop()
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [row["iteration"] for row in after] == list(range(1, len(rows) + 3))
