@@ -1,4 +1,4 @@
-"""CartPole variants that fail for real: raise, kill their process, or hang (for failure tests)."""
+"""CartPole variants, and a multi-agent simple_spread, that fail for real: raise, kill their process, or hang (for failure tests)."""
 
 import os
 import time
@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 
 class _CountingCartPole(CartPoleEnv):
@@ -145,3 +146,30 @@ class BadOutputAfterCartPole(_CountingCartPole):
             else:
                 reward = str(reward)
         return (obs, reward, *rest)
+
+
+
+class FlakySpread(BaseParallelWrapper):
+    """A PettingZoo Parallel API environment that raises RuntimeError on every `fail_every`-th step
+    of an instance; with `break_after`, on every step once this process has stepped such
+    environments that many times in all (a simulator lost for good)."""
+
+    def __init__(self, env, fail_every: int, break_after: int | None = None):
+        super().__init__(env)
+        self.fail_every, self.break_after, self.steps = fail_every, break_after, 0
+
+    def step(self, actions):
+        self.steps += 1
+        _STEPS_IN_THIS_PROCESS[0] += 1
+        if self.break_after is not None and _STEPS_IN_THIS_PROCESS[0] > self.break_after:
+            raise RuntimeError(f"simulator lost after {self.break_after} steps")
+        if self.steps % self.fail_every == 0:
+            raise RuntimeError(f"simulated simulator crash at step {self.steps}")
+        return super().step(actions)
+
+
+def flaky_simple_spread(fail_every: int = 40, break_after: int | None = None, **kwargs) -> FlakySpread:
+    """mpe2's simple_spread (`kwargs`: its own), failing as FlakySpread says."""
+    from mpe2 import simple_spread_v3
+
+    return FlakySpread(simple_spread_v3.parallel_env(**kwargs), fail_every, break_after)

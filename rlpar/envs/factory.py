@@ -247,7 +247,7 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
 
     All use Gymnasium's next-step autoreset: the step after an episode ends is a reset step
     whose action is ignored (the rollout marks it invalid). Environments stepped one
-    by one (`sync`) are rebuilt when they raise (recovering.py); an exception inside a native
+    by one (`sync`, and multi-agent ones) are rebuilt when they raise (recovering.py); an exception inside a native
     vector env or an EnvPool fails its worker, which the multiprocess and Ray samplers replace.
     Environments that fail for good, or return what their spaces do not declare, stop the run
     (EnvironmentFailedError) on every sampler.
@@ -265,9 +265,13 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
             spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
         )
     build = partial(make_env, spec)
-    limits = dict(name=spec.id or spec.entry_point, max_restarts=spec.max_restarts,
-                  restart_window_s=spec.restart_window_s)
+    limits = _restart_limits(spec)
     return gym.vector.SyncVectorEnv([lambda: RecoveringEnv(build(), build, **limits) for _ in range(num_envs)])
+
+
+def _restart_limits(spec: EnvSpec) -> dict:
+    """How an environment that raises is rebuilt (recovering.py), single- and multi-agent alike."""
+    return dict(name=spec.id or spec.entry_point, max_restarts=spec.max_restarts, restart_window_s=spec.restart_window_s)
 
 
 def make_parallel_env(spec: EnvSpec):
@@ -288,12 +292,13 @@ def multi_agent_vector_env(spec: EnvSpec, num_columns: int | None = None):
     from rlpar.envs.pettingzoo import MultiAgentVectorEnv
 
     return MultiAgentVectorEnv(make=partial(make_parallel_env, spec), num_columns=num_columns, policies=spec.policies,
-                               agent_id=spec.agent_id, global_state=spec.global_state)
+                               agent_id=spec.agent_id, global_state=spec.global_state, **_restart_limits(spec))
 
 
 def env_restarts(venv: gym.vector.VectorEnv) -> int:
-    """Rebuilds so far of the environments inside `venv` (0 for native vector envs)."""
-    return sum(getattr(env, "restarts", 0) for env in getattr(venv, "envs", ()))
+    """Rebuilds so far of the environments inside `venv` (0 for native vector envs); a multi-agent
+    one counts its own."""
+    return getattr(venv, "restarts", 0) + sum(getattr(env, "restarts", 0) for env in getattr(venv, "envs", ()))
 
 
 def vector_mode(spec: EnvSpec) -> str:

@@ -21,11 +21,13 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import re
+from collections import deque
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
+from rlpar.envs.recovering import RESEED_STRIDE, RESET_ATTEMPTS, close_quietly, log_rebuild, stop_if_failing_for_good
 from rlpar.envs.spaces import SUPPORTED_ACTIONS, ActionInfo, describe_action_space, is_image_space, observation_dim
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
@@ -206,9 +208,14 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
     def __init__(self, *, make, num_columns: int | None = None, policies="auto", agent_id: bool = False,
-                 global_state: str | None = None):
-        """`num_columns`: whole environments' agents (None: one environment's)."""
+                 global_state: str | None = None, name: str = "the environment", max_restarts: int = 100,
+                 restart_window_s: float = 60.0):
+        """`num_columns`: whole environments' agents (None: one environment's). An environment
+        that raises is rebuilt as a single-agent one is (rlpar.envs.recovering, the env.max_restarts
+        and env.restart_window_s limits): its agents' step is a truncation at their last good rows."""
         first = make()
+        self._make = make  # picklable (a partial of the factory), so the vector env is too
+        self.name, self.max_restarts, self.restart_window_s = name, max_restarts, restart_window_s
         self.layout = agent_layout(first, policies=policies, agent_id=agent_id, global_state=global_state)
         self.agents_per_env = len(self.layout.agents)
         num_columns = self.agents_per_env if num_columns is None else num_columns
@@ -230,6 +237,18 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         self.team_length = np.zeros(count, np.int64)
         self.id_columns = [self.layout.obs_dims[a] + self.layout.id_index[a] for a in range(self.agents_per_env)]
         self.state_columns = [slice(self.layout.actor_inputs[a], self.layout.row_dims[a]) for a in range(self.agents_per_env)]
+        self.restarts = 0  # rebuilds of all its environments (rlpar.envs.factory.env_restarts)
+        self._rebuilds = [0] * count  # per environment: its reset seed's stride after a rebuild
+        self._recent: list[deque] = [deque() for _ in range(count)]  # times of each environment's rebuilds
+        self._failures_in_a_row = [0] * count
+        self._seeds: list[int | None] = [None] * count
+        self._reseed = [False] * count
+        self._last_rows = np.zeros((num_columns, self.layout.row_dim), np.float32)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (a resume): the clock of the process that pickled it means nothing here."""
+        self.__dict__.update(state)
+        self._recent = [deque() for _ in self.envs]
 
     # -- rows ---------------------------------------------------------------------------------
     def _rows(self, k: int, observations: dict, out: np.ndarray) -> None:
@@ -259,13 +278,43 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
     def reset(self, *, seed=None, options=None):
         seeds = seed if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(self.num_envs)]
         rows = np.zeros((self.num_envs, self.layout.row_dim), np.float32)
-        for k, env in enumerate(self.envs):
-            observations, _ = env.reset(seed=seeds[k * self.agents_per_env])
-            self._rows(k, observations, rows[self._columns(k)])
+        for k in range(len(self.envs)):
+            self._reset_env(k, seeds[k * self.agents_per_env], rows)
         self.resetting[:] = False
         self.team_return[:] = 0.0
         self.team_length[:] = 0
         return rows, {}
+
+    def _reset_env(self, k: int, seed: int | None, rows: np.ndarray) -> None:
+        """Reset environment k into its columns of `rows`; one that raises is rebuilt and reset
+        again (RESET_ATTEMPTS in all). Seeded as RecoveringEnv seeds: a rebuilt one deterministically."""
+        if seed is not None:
+            self._seeds[k] = seed
+        elif self._reseed[k] and self._seeds[k] is not None:
+            seed = self._seeds[k] + RESEED_STRIDE * self._rebuilds[k]
+        for attempt in range(RESET_ATTEMPTS):
+            try:
+                observations, _ = self.envs[k].reset(seed=seed)
+                self._rows(k, observations, rows[self._columns(k)])
+                break
+            except Exception as err:
+                if attempt == RESET_ATTEMPTS - 1:
+                    raise
+                self._rebuild(k, err)
+                if self._seeds[k] is not None:
+                    seed = self._seeds[k] + RESEED_STRIDE * self._rebuilds[k]
+        self._reseed[k] = False
+        self._last_rows[self._columns(k)] = rows[self._columns(k)]
+
+    def _rebuild(self, k: int, err: Exception) -> None:
+        self._rebuilds[k] += 1
+        self.restarts += 1
+        stop_if_failing_for_good(err, self._recent[k], self._failures_in_a_row[k], name=self.name,
+                                 max_restarts=self.max_restarts, restart_window_s=self.restart_window_s)
+        log_rebuild(err, self.name, self._rebuilds[k])
+        close_quietly(self.envs[k])
+        self.envs[k] = self._make()
+        self._reseed[k] = True
 
     def step(self, actions):
         A, layout = self.agents_per_env, self.layout
@@ -278,16 +327,23 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         for k, env in enumerate(self.envs):
             columns = self._columns(k)
             if self.resetting[k]:  # next-step autoreset: this step only resets; no agent acts
-                observations, _ = env.reset()
-                self._rows(k, observations, rows[columns])
+                self._reset_env(k, None, rows)
                 self.resetting[k] = False
                 self.team_return[k], self.team_length[k] = 0.0, 0
                 continue
             live = set(env.agents)
             chosen = {agent: self._env_action(a, actions[k * A + a]) for a, agent in enumerate(layout.agents)
                       if agent in live}
-            observations, agent_rewards, agent_terminated, agent_truncated, _ = env.step(chosen)
-            self._rows(k, observations, rows[columns])
+            try:
+                observations, agent_rewards, agent_terminated, agent_truncated, _ = env.step(chosen)
+                self._rows(k, observations, rows[columns])
+            except Exception as err:
+                self._failures_in_a_row[k] += 1
+                self._rebuild(k, err)
+                self._cut_short(k, live, rows, truncated, info)
+                continue
+            self._failures_in_a_row[k] = 0
+            self._last_rows[columns] = rows[columns]
             for a, agent in enumerate(layout.agents):
                 if agent in live:
                     c = k * A + a
@@ -301,6 +357,19 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                 self.resetting[k] = True
                 info["team_return"][k * A], info["team_length"][k * A] = self.team_return[k], self.team_length[k]
         return rows, rewards, terminated, truncated, info
+
+    def _cut_short(self, k: int, live: set, rows, truncated, info) -> None:
+        """Environment k raised and was rebuilt: its live agents' episode is truncated at their last
+        good rows (the learner bootstraps from them, as at a time limit), with no reward; the team's
+        episode ends there, and the next step resets the rebuilt environment."""
+        A, columns = self.agents_per_env, self._columns(k)
+        rows[columns] = self._last_rows[columns]
+        for a, agent in enumerate(self.layout.agents):
+            if agent in live:
+                info["agent_active"][k * A + a] = truncated[k * A + a] = True
+        self.team_length[k] += 1
+        self.resetting[k] = True
+        info["team_return"][k * A], info["team_length"][k * A] = self.team_return[k], self.team_length[k]
 
     def _env_action(self, agent: int, action):
         space = self.action_spaces[agent]

@@ -58,33 +58,12 @@ class RecoveringEnv(gym.Wrapper):
 
     def _rebuild(self, err: Exception) -> None:
         self.restarts += 1
-        self._stop_if_failing_for_good(err)
-        in_process = _REBUILDS_IN_PROCESS[self.name] = _REBUILDS_IN_PROCESS.get(self.name, 0) + 1
-        if _is_power_of_ten(in_process):  # a flaky simulator must not flood the log
-            log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment, %d of such "
-                        "environments in this process; logged at 1, 10, 100, ...)", self.name, type(err).__name__,
-                        err, self.restarts, in_process)
-        try:
-            self.env.close()
-        except Exception:
-            pass  # it is broken already
+        stop_if_failing_for_good(err, self._recent, self._failures_in_a_row, name=self.name,
+                                 max_restarts=self.max_restarts, restart_window_s=self.restart_window_s)
+        log_rebuild(err, self.name, self.restarts)
+        close_quietly(self.env)
         self.env = self._make_env()
         self._reseed = True
-
-    def _stop_if_failing_for_good(self, err: Exception) -> None:
-        now = time.monotonic()
-        self._recent.append(now)
-        while self._recent and self._recent[0] < now - self.restart_window_s:
-            self._recent.popleft()
-        last = f"last: {type(err).__name__}: {first_line(err)}"
-        if len(self._recent) > self.max_restarts:
-            raise EnvironmentFailedError(
-                f"environment {self.name} raised {len(self._recent)} times within {self.restart_window_s:g} s, more "
-                f"than env.max_restarts={self.max_restarts} per env.restart_window_s; {last}") from err
-        if self._failures_in_a_row >= FAILURES_IN_A_ROW:
-            raise EnvironmentFailedError(
-                f"environment {self.name} raised on {self._failures_in_a_row} steps in a row, rebuilt each time, "
-                f"without one good step; {last}") from err
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
@@ -123,6 +102,42 @@ class RecoveringEnv(gym.Wrapper):
         problem = reward_problem(reward) or observation_problem(obs, self.observation_space)
         if problem:
             raise EnvironmentFailedError(f"environment {self.name} returned {problem} (at {when})")
+
+
+def stop_if_failing_for_good(err: Exception, recent: deque, failures_in_a_row: int, *, name: str, max_restarts: int,
+                             restart_window_s: float) -> None:
+    """Count a rebuild now in `recent` (the times of one environment's rebuilds); raise
+    EnvironmentFailedError past `max_restarts` within the window, or after FAILURES_IN_A_ROW."""
+    now = time.monotonic()
+    recent.append(now)
+    while recent and recent[0] < now - restart_window_s:
+        recent.popleft()
+    last = f"last: {type(err).__name__}: {first_line(err)}"
+    if len(recent) > max_restarts:
+        raise EnvironmentFailedError(
+            f"environment {name} raised {len(recent)} times within {restart_window_s:g} s, more "
+            f"than env.max_restarts={max_restarts} per env.restart_window_s; {last}") from err
+    if failures_in_a_row >= FAILURES_IN_A_ROW:
+        raise EnvironmentFailedError(
+            f"environment {name} raised on {failures_in_a_row} steps in a row, rebuilt each time, "
+            f"without one good step; {last}") from err
+
+
+def log_rebuild(err: Exception, name: str, restarts: int) -> None:
+    """One warning line at the 1st, 10th, 100th, ... rebuild of such environments in this process:
+    a flaky simulator must not flood the log."""
+    in_process = _REBUILDS_IN_PROCESS[name] = _REBUILDS_IN_PROCESS.get(name, 0) + 1
+    if _is_power_of_ten(in_process):
+        log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment, %d of such "
+                    "environments in this process; logged at 1, 10, 100, ...)", name, type(err).__name__,
+                    err, restarts, in_process)
+
+
+def close_quietly(env) -> None:
+    try:
+        env.close()
+    except Exception:
+        pass  # it is broken already
 
 
 def _is_power_of_ten(n: int) -> bool:

@@ -48,6 +48,29 @@ def test_an_environment_that_breaks_for_good_stops_the_run_on_every_sampler(tmp_
     assert rows[-1]["env_steps"] < 2 * BREAKS_AFTER * (1 if sampler == "local" else 2)  # nothing trained past it
 
 
+@pytest.mark.slow
+def test_a_multi_agent_environment_that_raises_is_rebuilt_on_the_local_sampler_then_stops_with_a_checkpoint(tmp_path):
+    """simple_spread raising on every 150th step of an instance: the local sampler rebuilds it and
+    trains on (as the other samplers do); once it raises on every step, the run stops in one line
+    with a checkpoint of its last iteration."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "main.py", "env=pettingzoo", "env.id=null", "env.entry_point=tests.faulty_envs:flaky_simple_spread",
+         "+env.kwargs.fail_every=150", "+env.kwargs.break_after=2500", "algo=mappo", "parallel=local",
+         "total_steps=100000", "checkpoint.every=1", f"run_dir={run_dir}", "progress=false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("rlpar:")]
+    assert line == ("rlpar: training stopped: environment tests.faulty_envs:flaky_simple_spread raised on 10 steps in a "
+                    "row, rebuilt each time, without one good step; last: RuntimeError: simulator lost after 2500 steps")
+    rows = [json.loads(text) for text in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1)) and rows[-1]["env_steps"] <= 2500
+    assert rows[-1]["env_restarts"] >= 8  # eight environments, each rebuilt at its 150th step
+    newest = list_checkpoints(run_dir / "checkpoints")[-1]
+    assert newest.name == f"checkpoint_{len(rows):08d}.pt"
+
+
 @pytest.mark.parametrize("what, parallel, expected", [
     ("shape", "local", "returned an observation of shape (3,), but its observation_space declares (4,)"),
     ("array_reward", "multiprocess", "returned a reward of type ndarray (array([1., 1.]))"),

@@ -88,6 +88,43 @@ def test_policy_mappings():
     assert policy_groups(("a_0", "a_1"), "auto", lambda a, b: True) == (("shared",), (0, 0))
 
 
+def test_a_multi_agent_environment_that_raises_is_rebuilt_and_its_agents_truncated_at_their_last_rows():
+    """As RecoveringEnv does for one agent: the failed step ends every live agent's episode as a
+    truncation at its last good row, with no reward; the next step resets a rebuilt environment,
+    seeded deterministically; an environment that only raises stops the run."""
+    from functools import partial
+
+    from mpe2 import simple_spread_v3
+
+    from rlpar.envs.factory import env_restarts
+    from rlpar.envs.pettingzoo import MultiAgentVectorEnv
+    from rlpar.envs.recovering import RESEED_STRIDE
+    from rlpar.errors import EnvironmentFailedError
+    from tests.faulty_envs import flaky_simple_spread
+
+    venv = MultiAgentVectorEnv(make=partial(flaky_simple_spread, fail_every=40, N=3, max_cycles=100), name="flaky")
+    rows, _ = venv.reset(seed=[7, 7, 7])
+    first = venv.envs[0]
+    for _ in range(39):
+        rows, rewards, terminated, truncated, info = venv.step(np.zeros(3, np.int64))
+    assert not truncated.any() and venv.restarts == 0
+    cut, rewards, terminated, truncated, info = venv.step(np.zeros(3, np.int64))  # its 40th step raises
+    np.testing.assert_array_equal(cut, rows)
+    assert truncated.all() and not terminated.any() and not rewards.any() and info["agent_active"].all()
+    assert np.isfinite(info["team_return"][0]) and info["team_length"][0] == 40
+    assert venv.restarts == env_restarts(venv) == 1 and venv.envs[0] is not first
+    fresh, _, _, _, info = venv.step(np.zeros(3, np.int64))  # the rebuilt environment's reset
+    assert not info["agent_active"].any()
+    expected, _ = simple_spread_v3.parallel_env(N=3, max_cycles=100).reset(seed=7 + RESEED_STRIDE)
+    np.testing.assert_array_equal(fresh, np.stack([expected[agent] for agent in venv.layout.agents]))
+
+    broken = MultiAgentVectorEnv(make=partial(flaky_simple_spread, fail_every=1, N=3, max_cycles=100), name="broken")
+    broken.reset(seed=[0, 0, 0])
+    with pytest.raises(EnvironmentFailedError, match="environment broken raised on 10 steps in a row, rebuilt each time"):
+        for _ in range(30):
+            broken.step(np.zeros(3, np.int64))
+
+
 def test_aec_environments_are_converted():
     env = make_parallel_env(EnvSpec(kind="pettingzoo", entry_point="tests.multi_agent_envs:relay_aec"))
     assert tuple(env.possible_agents) == ("scout_0", "runner_0", "runner_1")
