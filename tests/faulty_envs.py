@@ -152,11 +152,16 @@ class BadOutputAfterCartPole(_CountingCartPole):
 class FlakySpread(BaseParallelWrapper):
     """A PettingZoo Parallel API environment that raises RuntimeError on every `fail_every`-th step
     of an instance; with `break_after`, on every step once this process has stepped such
-    environments that many times in all (a simulator lost for good)."""
+    environments that many times in all (a simulator lost for good); with `reset_fails`, on every reset."""
 
-    def __init__(self, env, fail_every: int, break_after: int | None = None):
+    def __init__(self, env, fail_every: int, break_after: int | None = None, reset_fails: bool = False):
         super().__init__(env)
-        self.fail_every, self.break_after, self.steps = fail_every, break_after, 0
+        self.fail_every, self.break_after, self.reset_fails, self.steps = fail_every, break_after, reset_fails, 0
+
+    def reset(self, seed=None, options=None):
+        if self.reset_fails:
+            raise RuntimeError("simulator cannot start an episode")
+        return super().reset(seed=seed, options=options)
 
     def step(self, actions):
         self.steps += 1
@@ -168,8 +173,9 @@ class FlakySpread(BaseParallelWrapper):
         return super().step(actions)
 
 
-def flaky_simple_spread(fail_every: int = 40, break_after: int | None = None, **kwargs) -> FlakySpread:
+def flaky_simple_spread(fail_every: int = 40, break_after: int | None = None, reset_fails: bool = False,
+                        **kwargs) -> FlakySpread:
     """mpe2's simple_spread (`kwargs`: its own), failing as FlakySpread says."""
     from mpe2 import simple_spread_v3
 
-    return FlakySpread(simple_spread_v3.parallel_env(**kwargs), fail_every, break_after)
+    return FlakySpread(simple_spread_v3.parallel_env(**kwargs), fail_every, break_after, reset_fails)

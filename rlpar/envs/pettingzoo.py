@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from rlpar.envs.recovering import RESEED_STRIDE, RESET_ATTEMPTS, close_quietly, log_rebuild, stop_if_failing_for_good
+from rlpar.envs.recovering import (RESEED_STRIDE, RESET_ATTEMPTS, close_quietly, log_rebuild, reset_failed,
+                                   stop_if_failing_for_good)
 from rlpar.envs.spaces import SUPPORTED_ACTIONS, ActionInfo, describe_action_space, is_image_space, observation_dim
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
@@ -299,7 +300,7 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                 break
             except Exception as err:
                 if attempt == RESET_ATTEMPTS - 1:
-                    raise
+                    raise reset_failed(err, self.name) from err
                 self._rebuild(k, err)
                 if self._seeds[k] is not None:
                     seed = self._seeds[k] + RESEED_STRIDE * self._rebuilds[k]

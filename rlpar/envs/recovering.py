@@ -76,7 +76,7 @@ class RecoveringEnv(gym.Wrapper):
                 break
             except Exception as err:
                 if attempt == RESET_ATTEMPTS - 1:
-                    raise
+                    raise reset_failed(err, self.name) from err
                 self._rebuild(err)
         self._check(obs, 0.0, "reset")
         self._reseed = False
@@ -131,6 +131,13 @@ def log_rebuild(err: Exception, name: str, restarts: int) -> None:
         log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment, %d of such "
                     "environments in this process; logged at 1, 10, 100, ...)", name, type(err).__name__,
                     err, restarts, in_process)
+
+
+def reset_failed(err: Exception, name: str) -> EnvironmentFailedError:
+    """An environment whose reset raised RESET_ATTEMPTS times in a row, rebuilt between: it
+    stops the run as one that fails for good (with a checkpoint)."""
+    return EnvironmentFailedError(f"environment {name} raised on {RESET_ATTEMPTS} resets in a row, rebuilt each "
+                                  f"time; last: {type(err).__name__}: {first_line(err)}")
 
 
 def close_quietly(env) -> None:

@@ -124,6 +124,18 @@ def test_failures_in_a_row_without_one_good_step_stop_a_slow_simulator():
         _step_until_stopped(broken, 100)
 
 
+def test_an_environment_whose_reset_keeps_raising_stops_the_run_as_one_that_fails_for_good():
+    class Unstartable(FlakyCartPole):
+        def reset(self, **kwargs):
+            raise RuntimeError("simulator cannot start an episode")
+
+    env = RecoveringEnv(Unstartable(), Unstartable, name="Unstartable")
+    with pytest.raises(EnvironmentFailedError, match="environment Unstartable raised on 3 resets in a row, rebuilt each "
+                                                     "time; last: RuntimeError: simulator cannot start an episode"):
+        env.reset(seed=0)
+    assert env.restarts == 2
+
+
 def test_reward_and_observation_contracts():
     box = gym.spaces.Box(-1, 1, (4,))
     for good in (1.0, 1, np.float32(0.5), np.int64(3), np.array(2.0), True):

@@ -123,6 +123,10 @@ def test_a_multi_agent_environment_that_raises_is_rebuilt_and_its_agents_truncat
     with pytest.raises(EnvironmentFailedError, match="environment broken raised on 10 steps in a row, rebuilt each time"):
         for _ in range(30):
             broken.step(np.zeros(3, np.int64))
+    unstartable = MultiAgentVectorEnv(make=partial(flaky_simple_spread, reset_fails=True), name="unstartable")
+    with pytest.raises(EnvironmentFailedError, match="environment unstartable raised on 3 resets in a row, rebuilt each "
+                                                     "time; last: RuntimeError: simulator cannot start an episode"):
+        unstartable.reset(seed=[0, 0, 0])
 
 
 def test_aec_environments_are_converted():
