@@ -70,11 +70,16 @@ def test_the_slurm_scripts_ray_commands_start_a_two_node_cluster_that_rlpar_trai
                            f"hydra.run.dir={run_dir}", base)
         output = train.communicate(timeout=300)[0]
         assert train.returncode == 0, output[-3000:]
+        # `sbatch rlpar.sbatch resume=RUN`: rlpar_train passes its placement (parallel, hardware, ray.address) again
+        resume = slurm_step(f"rlpar_train {address} resume={run_dir} total_steps=6000 progress=false", base)
+        output = resume.communicate(timeout=300)[0]
+        assert resume.returncode == 0, output[-3000:]
     finally:
         for proc in (worker, head):  # SIGTERM to `ray start --block` (exec'd by the step) stops its node
             if proc is not None:
                 stop_process(proc, signal.SIGTERM)
         shutil.rmtree(temp_dir, ignore_errors=True)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["env_steps"] >= 4000 and rows[-1]["worker_restarts"] == 0
+    assert [row["iteration"] for row in rows] == list(range(1, len(rows) + 1))  # the resumed run's rows follow on
+    assert rows[-1]["env_steps"] >= 6000 and rows[-1]["worker_restarts"] == 0
     assert max(row["num_nodes"] for row in rows) == 2  # 0.5-CPU runners on 1-CPU nodes: both nodes host them
