@@ -24,6 +24,7 @@ from rlpar.learning.nstep_q import NStepQLoss
 
 class AsyncDQN(A3C):
     model_kind = "q_network"
+    action_spaces = ("Discrete",)
     # The actor-critic objective's keys, and reward normalisation (workers see raw rewards).
     KEYWORDS_NOT_FORWARDED = ("normalize_rewards", "advantage", "gae_lambda", "value_coef", "entropy_coef",
                               "normalize_advantages")

@@ -51,6 +51,7 @@ class Algorithm(ABC):
     # What it needs and supports, read by validation from this source as literals (this module
     # imports torch, which validation never does; rlpar.config.known_keys.class_attributes):
     model_kind: str | None = None  # the model kind it must learn (a model spec class's `kind`); None: not checked
+    action_spaces = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # the Gymnasium action spaces it learns
     central_inference = True     # its workers only act and step, so a server may act for them all
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)

@@ -38,6 +38,7 @@ from rlpar.replay.settings import ReplaySettings
 class DQN(ReplayLearner):
     loss_names = ("loss_q", "td_error_mean", "q_mean")
     model_kind = "q_network"
+    action_spaces = ("Discrete",)
     data_parallel = True
     recurrent_policies = True
 

@@ -34,6 +34,7 @@ from rlpar.replay.settings import ReplaySettings
 
 class SAC(ReplayLearner):
     model_kind = "actor_q"
+    action_spaces = ("Box",)
     gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)
     loss_names = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
     precisions = ("fp32", "bf16")

@@ -120,10 +120,16 @@ class ConfigView:
             return {}
 
     def algorithms_with(self, capability: str, value) -> str:
-        """The algo group's options whose algorithm declares `capability` = `value`, as a list in words."""
+        """The algo group's options whose algorithm declares `capability` = `value` (or a tuple
+        that holds it: `action_spaces`), those that learn this config's kind of environment (single-
+        or multi-agent) where there are any, as a list in words."""
         from rlpar.config.known_keys import algorithm_options
 
-        names = [name for name, declared in algorithm_options().items() if declared.get(capability) == value]
+        multi_agent = self.get("env.kind") == "pettingzoo"
+        names = [name for name, declared in algorithm_options().items()
+                 if declared.get(capability) == value
+                 or isinstance(declared.get(capability), tuple) and value in declared[capability]]
+        names = [name for name in names if bool(algorithm_options()[name].get("multi_agent")) == multi_agent] or names
         return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
     def resolved(self) -> dict:

@@ -37,6 +37,13 @@ class ActionInfo:
         return bool(self.nvec)
 
 
+def action_space_kind(space: gym.Space) -> str:
+    """The Gymnasium class of an action space rlpar takes ("Discrete", "MultiDiscrete", "MultiBinary"
+    or "Box"), as algorithms declare what they learn (`Algorithm.action_spaces`)."""
+    kinds = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)
+    return next((kind.__name__ for kind in kinds if isinstance(space, kind)), type(space).__name__)
+
+
 def describe_action_space(space: gym.Space) -> ActionInfo:
     if isinstance(space, gym.spaces.Discrete):
         return ActionInfo(discrete=True, size=int(space.n), start=int(space.start))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlpar.envs.spaces import ActionInfo
+from rlpar.envs.spaces import ActionInfo, action_space_kind
 from rlpar.models.spec import NetworkFields
 
 
@@ -22,8 +22,8 @@ class ActorQSpec(NetworkFields):
     def spaces_problem(cls, config, probe) -> str | None:
         if probe.action.discrete:
             return (f"env: algo={config.get('algo.name')} with model=actor_q learns continuous actions and cannot take "
-                    f"{probe.name}'s {type(probe.action_space).__name__} actions ({probe.action_space}); use algo=dqn, "
-                    f"apex or ppo")
+                    f"{probe.name}'s {type(probe.action_space).__name__} actions ({probe.action_space}); use "
+                    f"algo={config.algorithms_with('action_spaces', action_space_kind(probe.action_space))}")
         if probe.observation.image_shape:
             return (f"env: algo={config.get('algo.name')}'s actor_q model is an MLP for vector observations; "
                     f"{probe.name} gives images (use algo=ppo, impala or appo with a CNN)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlpar.envs.spaces import ActionInfo
+from rlpar.envs.spaces import ActionInfo, action_space_kind
 from rlpar.models.spec import NetworkFields
 
 FACTORED_ACTIONS_REFUSED = ("a Q-network needs one Discrete action space; MultiDiscrete/MultiBinary actions train "
@@ -22,8 +22,8 @@ class QNetworkSpec(NetworkFields):
         if not probe.action.discrete or probe.action.factored:
             space = probe.action_space
             return (f"env: algo={config.get('algo.name')} (a Q-network) cannot take {probe.name}'s "
-                    f"{type(space).__name__} actions ({space}): it needs one Discrete action space; use algo=ppo, a2c, "
-                    f"impala, appo or a3c")
+                    f"{type(space).__name__} actions ({space}): it needs one Discrete action space; use "
+                    f"algo={config.algorithms_with('action_spaces', action_space_kind(space))}")
         return super().spaces_problem(config, probe)
 
     obs_dim: int
