@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from functools import partial
 from pathlib import Path
 
@@ -78,7 +79,8 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
             second_stops_at_once=True,
         )
         print(budget_line(total_steps=trainer.total_steps, done_steps=trainer.env_steps,
-                          frames_per_step=trainer.frames_per_step, time_limit_s=trainer.time_limit_s), flush=True)
+                          frames_per_step=trainer.frames_per_step, time_limit_s=trainer.time_limit_s,
+                          advice=_layout_advice(cfg, trainer.env_spec)), flush=True)
         try:
             with interrupts:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)
@@ -108,6 +110,28 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
         return final
     finally:
         trainer.close()
+
+
+def _layout_advice(cfg: DictConfig, env_spec) -> str | None:
+    """A sampler layout the cost model says is likely slower than a simpler one, in one line
+    (rlpar.sampling.cost); None when it is not, or cannot be, judged."""
+    from rlpar.envs.factory import make_env
+    from rlpar.sampling.cost import oversubscribed_ray_advice, step_cpu_seconds
+
+    def measure_step() -> float:
+        env = make_env(env_spec)
+        try:
+            return step_cpu_seconds(env)
+        finally:
+            env.close()
+
+    ray = cfg.get("ray") or {}
+    try:
+        return oversubscribed_ray_advice(
+            sampler=cfg.parallel.get("name"), workers=int(cfg.workers), env_name=env_spec.id or env_spec.entry_point,
+            cores=None if ray.get("address") else int(ray.get("num_cpus") or os.cpu_count()), step_cpu_s=measure_step)
+    except Exception:  # noqa: BLE001 - advice only: an environment that fails here is reported by training
+        return None
 
 
 def final_evaluation(trainer, run_dir: Path, episodes: int) -> dict:
