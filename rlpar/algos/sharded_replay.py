@@ -61,7 +61,7 @@ class ShardedReplay:
         self.num_shards = self.replay_settings.num_shards
         self.rate_limiter = self.rate_limiter_settings()
         self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
-        self.shards = [self.sampler.start_service(ReplayShard, name=f"replay shard {index}", node_index=index,
+        self.shards = [self.sampler.start_service(ReplayShard, name=f"replay shard {index} of {self.num_shards}", node_index=index,
                                                   settings=self.shard_settings(index),
                                                   on_lost=functools.partial(self.shard_lost, index))
                        for index in range(self.num_shards)]

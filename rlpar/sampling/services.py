@@ -17,11 +17,13 @@ with the batch), and a new generation gets a new address.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from rlpar.errors import ServiceLost
 
 CALL_TIMEOUT_S = 60  # a service that does not answer within this is taken for dead
+log = logging.getLogger("rlpar")
 
 
 def built_here(service_class, settings: dict) -> Callable[[dict | None], object]:
@@ -122,8 +124,11 @@ class Service:
             self.lose()
 
     def lose(self) -> None:
+        """Restart it after a loss, and say so on the console: what it held may be gone."""
         state = self.on_lost(self.kept) if self.on_lost else None
         self.restarts += 1
+        log.warning("%s was lost; restarted %s (restart %d)", self.name,
+                    "empty: what it held is gone" if state is None else "from its newest copy", self.restarts)
         self.restart(state=state)
 
     def restart(self, *, state: dict | None = None) -> None:

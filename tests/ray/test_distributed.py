@@ -167,10 +167,10 @@ def test_distributed_central_inference_keeps_recurrent_states_as_workers_do(clus
 
 
 @pytest.mark.parametrize("common", [("algo=apex",), ("algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]")])
-def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path, common):
+def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path, common, caplog):
     """Ape-X (and SAC's Ape-X-style mode) on the two-node cluster: actors write to two
     ReplayShard actors, one per node; the learner samples them. SIGKILL one shard's process: it
-    is started again (empty), counted, and training goes on learning."""
+    is started again (empty), counted, said in one console line, and training goes on learning."""
     from rlpar.runtime.build import build_trainer
 
     trainer = build_trainer(make_cfg(*common, "parallel=distributed", "workers=4", "envs_per_worker=1",
@@ -189,6 +189,8 @@ def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make
     assert before[-1]["replay_shards"] == 2 and before[-1]["replay_shard_restarts"] == 0
     assert before[-1]["replay_samples"] > 0 and before[-1]["replay_inserts"] > 256
     assert after[-1]["replay_shard_restarts"] >= 1 and new_location[1] != locations[0][1]
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "replay shard" in r.getMessage()]
+    assert said[0] == "replay shard 0 of 2 was lost; restarted empty: what it held is gone (restart 1)", said
     assert after[-1]["env_steps"] > before[-1]["env_steps"]
     assert after[-1]["replay_samples"] > before[-1]["replay_samples"] + 10 * 64  # still learning
     assert after[-1]["replay_size"] > 0
