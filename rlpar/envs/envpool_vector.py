@@ -37,7 +37,9 @@ Where it cannot match the Gymnasium path (docs: the EnvPool section):
 - no environment rebuilds (RecoveringEnv): an error inside the pool fails its worker;
 - resume (`parallel=local` checkpoints pickle environments): the pool's state cannot be saved,
   so a restored pool starts fresh episodes; the interrupted ones end truncated at their last
-  observation, and an environment whose episode had just ended records one zero-reward step.
+  observation (bootstrapped, flagged `episode_cut` in the step's info so that the rollout leaves
+  them out of the return statistics: they did not finish), and an environment whose episode had
+  just ended records one zero-reward step.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ MUJOCO_ENTRY_POINT = "gymnasium.envs.mujoco."
 MAX_SEED = 2**31  # EnvPool's seeds are int32: larger ones are taken modulo
 NO_LIMIT = 10**9  # EnvPool needs an episode limit; ale-py ids without one get this many agent steps
 RESUME_SEED_STRIDE = 1_000_003  # a restored pool's seeds, clear of the run's own
+EPISODE_CUT = "episode_cut"  # info key: per environment, a truncation that ends no episode of the statistics
 # ale-py's AtariEnv arguments -> EnvPool's (game and frameskip are handled on their own)
 ALE_OPTIONS = {"repeat_action_probability": "repeat_action_probability", "full_action_space": "full_action_space",
                "mode": "mode", "difficulty": "difficulty"}
@@ -245,11 +248,12 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
     def _resume_step(self):
         """A restored pool's first two steps: the interrupted episodes end truncated at their last
-        observation, then a reset step into the fresh pool's episodes."""
+        observation (cut short, not finished: `episode_cut`), then a reset step into the fresh
+        pool's episodes."""
         zeros, flags = np.zeros(self.num_envs), np.zeros(self.num_envs, bool)
         self.resume_steps -= 1
         if self.resume_steps:
-            return self.last_obs, zeros, flags, ~flags, {}
+            return self.last_obs, zeros, flags, ~flags, {EPISODE_CUT: ~flags}
         self.last_obs = self.fresh_obs
         self.fresh_obs = None
         return self.last_obs, zeros, flags, flags.copy(), {}

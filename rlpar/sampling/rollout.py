@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
+from rlpar.envs.envpool_vector import EPISODE_CUT
 from rlpar.envs.recovering import RESEED_STRIDE
 from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn
 from rlpar.envs.state_pickle import described, dumps_env_state, state_dropped_message
@@ -225,6 +226,9 @@ class RolloutWorker:
             if state is not None:
                 self.state_reset_pending = ~valid
             self.autoreset_pending = done
+            if EPISODE_CUT in info:  # truncated by a resume, not finished: bootstrapped, but not an episode's return
+                self.autoreset_pending = done.copy()
+                ended[t] &= ~info[EPISODE_CUT]
             self.raw_obs = flatten(raw_next)
         steps, envs = np.nonzero(ended)
         returns, lengths = running_return[steps, envs].tolist(), running_length[steps, envs].tolist()

@@ -169,6 +169,42 @@ def test_a_pickled_pool_restarts_its_episodes_truncated_at_their_last_observatio
     restored.close()
 
 
+@pytest.mark.slow
+def test_episodes_cut_by_a_resume_are_bootstrapped_but_not_counted_as_finished():
+    """A restored pool starts fresh episodes (its state cannot be saved): the episodes it cuts end
+    truncated, for bootstrapping, but their partial returns must not enter the return statistics
+    (Pong's -21.0 read -14.0 after a resume). EnvPool's CartPole, in a worker's place of Gymnasium's."""
+    from rlpar.envs.envpool_vector import EnvPoolVectorEnv
+    from rlpar.models.spec import PolicySpec
+    from rlpar.runtime.build import probe_policy_spec
+    from rlpar.sampling.rollout import RolloutWorker
+
+    spec = resolve_env_spec(id="CartPole-v1")
+    policy_spec, _ = probe_policy_spec(spec, PolicySpec, normalize_obs=False)
+    weights = {key: value.numpy() for key, value in policy_spec.build().state_dict().items()}
+
+    def worker() -> RolloutWorker:
+        worker = RolloutWorker(env_spec=spec, policy_spec=policy_spec, num_envs=8, rollout_length=30, seed=0)
+        worker.venv.close()
+        worker.venv = EnvPoolVectorEnv(task_id="CartPole-v1", options={}, num_envs=8)
+        worker.raw_obs = worker.flatten(worker.venv.reset(seed=list(range(8)))[0])
+        worker.set_weights(weights, 0)
+        return worker
+
+    saved, restored = worker(), worker()
+    try:
+        saved.sample()
+        restored.set_state(saved.get_state())
+        batch = restored.sample()
+    finally:
+        saved.close()
+        restored.close()
+    cut = batch.valid[0] & batch.truncated[0]
+    assert cut.sum() >= 4  # the episodes under way at the checkpoint: truncated at their last observation
+    assert batch.episode_returns and [t for t, _ in batch.episode_ends if t == 0] == []  # none counted as finished
+    assert all(length >= 8 for length in batch.episode_lengths)  # whole CartPole episodes only
+
+
 @pytest.mark.parametrize("spec, problem", [
     (dict(id="CartPole-v1"), "envpool covers ale-py ids with env.atari and Gymnasium's MuJoCo ids"),
     (dict(id="ALE/Pong-v5", atari=None), r"env.atari=null \(raw frames\) needs auto or sync"),
