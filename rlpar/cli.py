@@ -1,7 +1,7 @@
 """The `rlpar` command (installed with the package; `python -m rlpar` is the same):
 
     rlpar train [group=option ...] [key=value ...]   # exactly `python main.py ...` (Hydra)
-    rlpar config [group=option ...] [key=value ...]  # the config that would run: `python main.py ... --cfg job`
+    rlpar config [group=option ...] [key=value ...]  # the config that would run, validated and resolved (--unresolved)
     rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S]
     rlpar report DIR [--out DIR] [--threshold ENV=VALUE] [--benchmark]
 
@@ -31,8 +31,9 @@ Parallel and distributed reinforcement learning on Ray, PyTorch and Gymnasium.
 commands:
   train [OVERRIDES...]   train with Hydra overrides, e.g. `rlpar train env=pendulum seed=1`;
                          the same as `python main.py ...` (`rlpar train --help`: the config)
-  config [OVERRIDES...]  print the config those overrides run, presets included (the same as
-                         `python main.py ... --cfg job`; --resolve resolves interpolations)
+  config [OVERRIDES...]  print the config those overrides run, presets included, validated
+                         (exit 2 with its problems) and resolved; --unresolved shows the
+                         interpolations (`python main.py ... --cfg job`)
   evaluate RUN_DIR       the deterministic policy of a run's newest checkpoint: returns, eval
                          metrics and a video in RUN_DIR/videos/ (`rlpar evaluate --help`)
   report DIR             report.md, results.csv and plots from a sweep or a search
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "config":
         interrupts.exit_at_once_on_signals()
-        train([*args, "--cfg", "job"])
+        show_config(args)
         return 0
     if command == "evaluate":
         return evaluate(args)
@@ -302,6 +303,49 @@ def _leave_past_background_torch(code) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code if isinstance(code, int) else int(code is not None))
+
+
+# -- config ------------------------------------------------------------------------------------
+UNRESOLVED = "--unresolved"
+
+
+def show_config(argv: list[str]) -> None:
+    """`rlpar config`: the config `rlpar train argv` would run, refused as training would refuse
+    it (its problems, one line each, exit 2), else printed resolved (`--unresolved`: with its
+    interpolations, as `python main.py ... --cfg job`)."""
+    unresolved = UNRESOLVED in argv
+    argv = [arg for arg in argv if arg != UNRESOLVED]
+    _refuse_if_invalid(argv)
+    train([*argv, "--cfg", "job", *([] if unresolved or "--resolve" in argv else ["--resolve"])])
+
+
+def _refuse_if_invalid(argv: list[str]) -> None:
+    """Exit 2 with the problems training would name for these overrides. A sweep (`-m`) and
+    Hydra's own flags are left to Hydra: one config is not what they print."""
+    from hydra._internal.utils import get_args_parser
+    from omegaconf import OmegaConf, open_dict
+
+    from rlpar.config.compose import compose_config
+    from rlpar.config.overrides import override_problems
+    from rlpar.config.validate import ConfigError, validate_config
+    from rlpar.runtime.resume import config_for_resume
+
+    args = get_args_parser().parse_args(argv)
+    if args.multirun or args.shell_completion or args.hydra_help or args.config_name or args.config_path:
+        return
+    if problems := override_problems(args.overrides):
+        _refuse(problems)
+    try:
+        cfg = compose_config(args.overrides)
+    except Exception:  # noqa: BLE001 - anything else wrong with the command: Hydra says it in its own words next
+        return
+    if OmegaConf.to_container(cfg, resolve=False)["run_dir"] == "${hydra:runtime.output_dir}":
+        with open_dict(cfg):
+            cfg.run_dir = str(Path.cwd() / "outputs")  # where Hydra would make the run's directory
+    try:
+        validate_config(config_for_resume(cfg) if cfg.get("resume") else cfg)
+    except ConfigError as err:
+        _refuse(err.problems)
 
 
 # -- evaluate ----------------------------------------------------------------------------------

@@ -127,10 +127,10 @@ class ProgressLine:
         if self.interactive:
             self.stream.write("\n")
         stopped_by_time = self.time_limit_s is not None and metrics["env_steps"] < self.total_steps
-        why = (f"the time limit (time_limit_s={self.time_limit_s:g}) reached at "
-               f"{metrics['env_steps']:,} of {self.total_steps:,} steps: " if stopped_by_time else "")
+        why = f"time limit reached (time_limit_s={self.time_limit_s:g}): " if stopped_by_time else ""
+        of_total = f" of {self.total_steps:,}" if stopped_by_time else ""
         self.stream.write(
-            f"done: {why}{metrics['env_steps']:,} steps in {metrics['wall_time_s']:.1f} s "
+            f"done: {why}{metrics['env_steps']:,}{of_total} steps in {metrics['wall_time_s']:.1f} s "
             f"({metrics['env_steps'] / max(metrics['wall_time_s'], 1e-9):,.0f} steps/s"
             f"{_fmt_frames_summary(metrics)}), "
             f"{metrics['episodes']} episodes, return {_fmt_return(metrics['episode_return_mean']).strip()} "

@@ -101,10 +101,27 @@ def test_cfg_job_and_rlpar_config_print_what_compose_config_runs():
     shown = main_py("algo=dqn", "--cfg", "job")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == OmegaConf.to_yaml(compose_config(["algo=dqn"]))
-    config = subprocess.run([sys.executable, "-m", "rlpar", "config", "algo=dqn"], cwd=ROOT, capture_output=True, text=True)
+    config = rlpar_config("algo=dqn", "--unresolved")
     assert (config.returncode, config.stdout) == (0, shown.stdout)
+    resolved = rlpar_config("algo=dqn", "workers=3")  # resolved by default: envs_per_worker is ceil(8 / 3)
+    assert resolved.returncode == 0, resolved.stderr
+    assert "${" not in resolved.stdout and yaml.safe_load(resolved.stdout)["envs_per_worker"] == 3
+    assert resolved.stdout == main_py("algo=dqn", "workers=3", "--cfg", "job", "--resolve").stdout
     acrobot = yaml.safe_load(main_py("env.id=Acrobot-v1", "--cfg", "job").stdout)
     assert (acrobot["algo"]["lr"], acrobot["total_steps"]) == (3.0e-4, 100000)
+
+
+def rlpar_config(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlpar", "config", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.slow
+def test_rlpar_config_refuses_a_config_that_training_would_refuse():
+    refused = rlpar_config("algo=dqn", "env=pendulum")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith("rlpar: invalid config: env: algo=dqn (a Q-network) cannot take Pendulum-v1's Box")
+    assert len(refused.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

@@ -48,8 +48,8 @@ def test_a_time_limit_is_named_in_the_budget_line_and_drives_the_eta():
 def test_the_done_line_says_the_time_limit_stopped_the_run():
     stream = io.StringIO()
     ProgressLine(100_000_000, stream=stream, time_limit_s=20).summary(row(40, 20480, 19.9, episode_return=21.0), "run")
-    assert stream.getvalue().startswith("done: the time limit (time_limit_s=20) reached at 20,480 of "
-                                        "100,000,000 steps: 20,480 steps in 19.9 s")
+    assert stream.getvalue().startswith("done: time limit reached (time_limit_s=20): 20,480 of 100,000,000 steps "
+                                        "in 19.9 s (1,029 steps/s)")
 
 
 class _SteadyAlgorithm:
