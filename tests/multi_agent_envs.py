@@ -125,3 +125,13 @@ def relay_aec(**kwargs) -> AECEnv:
     from pettingzoo.utils.conversions import parallel_to_aec
 
     return parallel_to_aec(Relay(**kwargs))
+
+
+def rendezvous(**kwargs) -> Relay:
+    """A Relay from a class defined inside this function, as users often write a factory: its
+    instances cannot be pickled, so checkpoints cannot hold them."""
+
+    class Rendezvous(Relay):
+        pass
+
+    return Rendezvous(**kwargs)

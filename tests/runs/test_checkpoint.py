@@ -129,3 +129,53 @@ def test_a_time_limit_ends_the_run_finished_before_its_steps(make_cfg, tmp_path)
     assert rows[-2]["wall_time_s"] < 1.5 and rows[-1]["wall_time_s"] > 1.2 and rows[-1] == final
     assert final["env_steps"] < 100000000 and [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[-1] == f"checkpoint_{len(rows):08d}.pt"
+
+
+def checkpoint_iterations(run_dir) -> list[int]:
+    return [load_checkpoint(path)["iteration"] for path in sorted((run_dir / "checkpoints").glob("*.pt"))]
+
+
+def warnings_about(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and text in r.getMessage()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["local", "multiprocess"])
+def test_an_environment_class_defined_in_a_function_checkpoints_and_resumes(make_cfg, tmp_path, caplog, parallel):
+    """Its environments cannot be pickled. The start-up probe finds that, the run says so once
+    (the cause and the fix) and checkpoints without environment state, and a resume starts fresh
+    episodes; it never fails at its first checkpoint."""
+    run_dir = tmp_path / parallel
+    env = ("env.id=null", "env.entry_point=tests.unpicklable_envs:local_cartpole", f"parallel={parallel}",
+           "checkpoint.every=5", "algo.rollout_length=64")
+    with caplog.at_level("INFO", logger="rlpar"):
+        final = run(make_cfg(*env, f"total_steps={12 * STEPS_PER_ITERATION}", run_dir=run_dir))
+    assert final["iteration"] == 12 and checkpoint_iterations(run_dir) == [5, 10, 12]
+    warned = warnings_about(caplog, "cannot be saved in checkpoints")
+    if parallel == "local":
+        assert len(warned) == 1 and "Can't pickle local object 'local_cartpole.<locals>.LocalCartPole'" in warned[0]
+        assert "define the environment class at module level" in warned[0]
+        said = [r.getMessage() for r in caplog.records]
+        assert said.index(warned[0]) < next(i for i, m in enumerate(said) if "start-up" in m)  # before training
+    else:
+        assert warned == []  # its checkpoints never hold the workers' environments
+    final = run(config_for_resume(make_cfg(f"resume={run_dir}", f"total_steps={16 * STEPS_PER_ITERATION}"),
+                                  ["resume", "total_steps"]))
+    assert final["iteration"] == 16
+    iterations = [json.loads(l)["iteration"] for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == list(range(1, 17))
+
+
+@pytest.mark.slow
+def test_environments_that_stop_pickling_while_training_checkpoint_without_their_state(make_cfg, tmp_path, caplog):
+    """The probe pickled them at start-up; at the first checkpoint they no longer pickle. The
+    run says so once and goes on checkpointing everything else."""
+    run_dir = tmp_path / "late"
+    with caplog.at_level("WARNING", logger="rlpar"):
+        final = run(make_cfg("env.id=null", "env.entry_point=tests.unpicklable_envs:LateUnpicklableCartPole",
+                             "checkpoint.every=2", "algo.rollout_length=64", f"total_steps={8 * STEPS_PER_ITERATION}",
+                             run_dir=run_dir))
+    assert final["iteration"] == 8 and checkpoint_iterations(run_dir)[-3:] == [4, 6, 8]
+    warned = warnings_about(caplog, "cannot be saved in checkpoints")
+    assert len(warned) == 1 and "pickling it failed (TypeError: cannot pickle '_thread.lock' object)" in warned[0]
+    assert load_checkpoint(run_dir / "checkpoints" / "checkpoint_00000008.pt")["sampler"]["worker"] == {}

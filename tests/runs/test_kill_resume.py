@@ -91,19 +91,20 @@ def start_and_wait_between_checkpoints(run_dir: Path, config=CONFIG) -> subproce
 def assert_resumes_to(run_dir: Path, tmp_path: Path, uninterrupted: list[dict]) -> None:
     """`resume=` completes the run; it then holds every iteration once, each equal to the
     uninterrupted run's on everything but wall-clock times (floats compared exactly)."""
+    iterations = len(uninterrupted)
     checkpointed = checkpoint_iterations(run_dir)[-1]
     logged_before = (run_dir / "metrics.jsonl").read_text().splitlines()
 
     resume(run_dir, tmp_path)
 
     resumed = rows(run_dir)
-    assert [r["iteration"] for r in resumed] == list(range(1, ITERATIONS + 1))
+    assert [r["iteration"] for r in resumed] == list(range(1, iterations + 1))
     for got, expected in zip(resumed, uninterrupted):
         assert deterministic(got) == deterministic(expected), f"iteration {got['iteration']}"
     # Rows up to the checkpoint are the ones logged before the stop, kept as they were.
     assert (run_dir / "metrics.jsonl").read_text().splitlines()[:checkpointed] == logged_before[:checkpointed]
     path, state = latest_valid_checkpoint(run_dir)
-    assert state["iteration"] == ITERATIONS and path.name == f"checkpoint_{ITERATIONS:08d}.pt"
+    assert state["iteration"] == iterations and path.name == f"checkpoint_{iterations:08d}.pt"
 
 
 def last_logged(run_dir: Path) -> int:
@@ -140,6 +141,28 @@ def test_two_policies_sigkill_then_resume_continue_every_policy(tmp_path):
         "scout": ITERATIONS, "runner": ITERATIONS}
 
 
+MULTI_AGENT_ITERATIONS = 20  # a rollout of 16 steps: episodes of 25 cycles span checkpoints
+
+
+@pytest.mark.parametrize(("algo", "env"), [
+    ("mappo", "env.id=mpe2.simple_spread_v3"),
+    ("ippo", "env.id=mpe2.simple_spread_v3"),
+    ("mappo", "env.entry_point=mpe2.simple_spread_v3:env"),  # its AEC API, converted to parallel
+    ("ippo", "env.entry_point=mpe2.simple_spread_v3:env"),
+], ids=["mappo", "ippo", "mappo-aec", "ippo-aec"])
+def test_simple_spread_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, algo, env):
+    """PettingZoo's MPE environments pickle only their constructor's arguments (EzPickle): a
+    checkpoint must still hold them as they were, mid-episode, for every agent."""
+    steps = MULTI_AGENT_ITERATIONS * 2 * 16  # environments x rollout
+    config = (f"total_steps={steps}", f"checkpoint.every={EVERY}", "env=pettingzoo", env, f"algo={algo}",
+              "envs_per_worker=2", "algo.rollout_length=16", "algo.epochs=2", "algo.minibatches=2")
+    reference_dir = tmp_path / "uninterrupted"
+    run_cli(*config, run_dir=reference_dir)
+    reference = rows(reference_dir)
+    assert [r["env_steps"] for r in reference] == [32 * i for i in range(1, MULTI_AGENT_ITERATIONS + 1)]
+    kill_between_checkpoints_and_resume(tmp_path, reference, config)
+
+
 def kill_between_checkpoints_and_resume(tmp_path, uninterrupted, config) -> None:
     run_dir = tmp_path / "killed"
     victim = start_and_wait_between_checkpoints(run_dir, config)
@@ -149,7 +172,7 @@ def kill_between_checkpoints_and_resume(tmp_path, uninterrupted, config) -> None
     finally:
         stop(victim)
     checkpointed = checkpoint_iterations(run_dir)[-1]
-    assert checkpointed % EVERY == 0 and checkpointed < last_logged(run_dir) < ITERATIONS  # rows to drop
+    assert checkpointed % EVERY == 0 and checkpointed < last_logged(run_dir) < len(uninterrupted)  # rows to drop
     assert_resumes_to(run_dir, tmp_path, uninterrupted)
 
 

@@ -9,6 +9,7 @@ import torch
 
 from rlpar.envs.factory import EnvSpec, make_parallel_env, multi_agent_vector_env
 from rlpar.envs.pettingzoo import agent_layout, policy_groups
+from rlpar.envs.probe import probe_env
 from rlpar.envs.spaces import ActionInfo
 from rlpar.models.multi_agent import MultiAgentSpec, policy_weights
 from rlpar.models.spec import PolicySpec
@@ -16,6 +17,7 @@ from rlpar.sampling.rollout import RolloutWorker
 
 RELAY = EnvSpec(kind="pettingzoo", entry_point="tests.multi_agent_envs:relay")
 SPREAD = EnvSpec(kind="pettingzoo", id="mpe2.simple_spread_v3")
+SPREAD_AEC = EnvSpec(kind="pettingzoo", entry_point="mpe2.simple_spread_v3:env")  # converted to parallel
 
 
 def test_simple_spread_columns_are_agents_and_the_team_return_is_their_sum():
@@ -135,8 +137,8 @@ def test_aec_environments_are_converted():
     assert agent_layout(env).policies == ("scout", "runner")
 
 
-def multi_agent_spec(**layout_options) -> MultiAgentSpec:
-    env = make_parallel_env(RELAY)
+def multi_agent_spec(env_spec: EnvSpec = RELAY, **layout_options) -> MultiAgentSpec:
+    env = make_parallel_env(env_spec)
     layout = agent_layout(env, **layout_options)
     return MultiAgentSpec.from_layout(layout, PolicySpec, hidden_sizes=(8,), normalize_obs=False)
 
@@ -201,6 +203,32 @@ def test_worker_marks_absent_agents_invalid_and_records_team_episodes():
     first_team = [r for (t, c), r in zip(batch.episode_ends, batch.episode_returns) if t <= 4 and c < 3]
     assert batch.team_returns[0] == pytest.approx(sum(first_team))
     assert batch.episode_lengths[:2] == [2, 2]  # runner_1 acted twice
+
+
+@pytest.mark.parametrize("env_spec", [SPREAD, SPREAD_AEC], ids=["parallel", "aec"])
+def test_a_restored_worker_continues_simple_spread_exactly(env_spec):
+    """A checkpoint's environments, unpickled, are the saved ones mid-episode: MPE's EzPickle
+    alone would rebuild them unreset (`'raw_env' object has no attribute 'agent_selection'`)."""
+    spec = multi_agent_spec(env_spec)
+    weights = {k: v.numpy() for k, v in spec.build().state_dict().items()}
+    workers = [RolloutWorker(env_spec=env_spec, policy_spec=spec, num_envs=6, rollout_length=10, seed=0) for _ in range(2)]
+    for worker in workers:
+        worker.set_weights(weights, 0)
+    workers[0].sample()  # 10 of an episode's 25 cycles
+    workers[1].set_state(workers[0].get_state())
+    continued, restored = workers[0].sample(), workers[1].sample()
+    for name in ("obs", "actions", "rewards", "valid", "terminated", "truncated"):
+        np.testing.assert_array_equal(getattr(restored, name), getattr(continued, name), err_msg=name)
+    for worker in workers:
+        worker.close()
+
+
+def test_the_probe_finds_environments_whose_state_cannot_be_checkpointed():
+    assert probe_env(SPREAD).state_problem is None
+    assert probe_env(SPREAD_AEC).state_problem is None
+    local_class = probe_env(EnvSpec(kind="pettingzoo", entry_point="tests.multi_agent_envs:rendezvous"))
+    assert local_class.problem is None and local_class.step_problem is None
+    assert "Can't pickle local object 'rendezvous.<locals>.Rendezvous'" in local_class.state_problem
 
 
 def test_batch_columns_keep_a_policys_agents_and_renumber_their_episodes():
