@@ -61,6 +61,8 @@ class Relay(ParallelEnv):
         if "scout_0" not in self.agents and self.step_count == self.scout_arrives_at and not end:
             self.agents.insert(0, "scout_0")
             observations["scout_0"] = self._obs("scout_0")
+            # a live agent has every entry (PettingZoo's parallel_api_test); it did not act, so no reward
+            rewards["scout_0"], terminated["scout_0"], truncated["scout_0"] = 0.0, False, False
         return observations, rewards, terminated, truncated, {a: {} for a in observations}
 
     def state(self):

@@ -399,6 +399,7 @@ class TeamEnv(gym.Env):
         self.metadata = {**getattr(venv.envs[0], "metadata", {}), "autoreset_mode": None}
 
     def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)  # Gymnasium's contract: np_random seeded (gymnasium.utils.env_checker checks it)
         rows, _ = self.venv.reset(seed=None if seed is None else [seed] * self.venv.num_envs)
         return rows, {}
 
