@@ -25,9 +25,10 @@ KEPT_WARNINGS = ("we recommend using a symmetric and normalized space", "observa
 
 
 def checked(env) -> None:
+    """check_env, its render check too where the environment renders frames (videos)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check_env(env, skip_render_check=True)
+        check_env(env, skip_render_check=env.render_mode != "rgb_array")
     assert [str(w.message) for w in caught if not any(kept in str(w.message) for kept in KEPT_WARNINGS)] == []
 
 
@@ -38,7 +39,8 @@ def test_every_rlpar_id_is_registered_here():
 
 @pytest.mark.parametrize("env_id", RLPAR_IDS)
 def test_gymnasiums_check_env_passes_on_the_memory_tasks_and_toy_envs(env_id):
-    checked(gym.make(env_id).unwrapped)
+    renders = "rgb_array" in gym.make(env_id).metadata.get("render_modes", [])
+    checked(gym.make(env_id, **({"render_mode": "rgb_array"} if renders else {})).unwrapped)
 
 
 def test_gymnasiums_check_env_passes_on_the_old_gym_adapter():
