@@ -153,12 +153,32 @@ def _verify_checksums(state) -> None:
         raise CheckpointError(f"checksum mismatch in {', '.join(damaged + missing)}: the file is damaged")
 
 
+def _oversized_tensor(value, limit: int, where: str = "") -> str | None:
+    """Where `value` holds a tensor of more bytes than `limit` (its file's size), and its shape: a
+    view stretched over a small storage (`expand`), which hashing would make contiguous, allocating
+    every byte."""
+    if isinstance(value, torch.Tensor):
+        size = value.numel() * value.element_size()
+        return f"{where or 'state'} {tuple(value.shape)} ({size:,} bytes)" if size > limit else None
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    return next(filter(None, (_oversized_tensor(item, limit, f"{where}.{key}".lstrip(".")) for key, item in items)), None)
+
+
 def load_checkpoint(path: str | Path) -> dict:
-    """The checkpoint's state, after its checksums verify (CheckpointError otherwise)."""
+    """The checkpoint's state, after its sizes and checksums verify (CheckpointError otherwise)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(f"checkpoint '{path}' cannot be read ({_short_reason(err)})") from err
+    file_size = os.path.getsize(path)
+    if oversized := _oversized_tensor(state, file_size):
+        raise CheckpointError(f"checkpoint '{path}' cannot be used (a tensor larger than the whole {file_size:,}-byte "
+                              f"file, {oversized}: the file is damaged)")
     try:
         _verify_checksums(state)
     except CheckpointError as err:

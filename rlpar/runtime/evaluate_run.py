@@ -21,10 +21,15 @@ import time
 import warnings
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
 VIDEO_DIR = "videos"
 EVALUATIONS_FILE = "evaluations.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+# Frames are held in memory until a video is encoded: an episode without a time limit is recorded
+# up to this many (at CartPole's 600x400 pixels, about 0.7 GB; its episodes end at 500 steps)
+MAX_VIDEO_FRAMES = 1000
 
 
 class EvaluateError(Exception):
@@ -37,19 +42,94 @@ class EvaluateError(Exception):
 
 
 def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int = 1, seed: int | None = None,
-                 tensorboard: bool = True, wandb: bool | None = None, max_steps: int = 100_000) -> dict:
+                 tensorboard: bool = True, wandb: bool | None = None, max_steps: int = 100_000,
+                 trust: bool = False) -> dict:
     """Evaluate the newest checkpoint of `run_dir` for `episodes` episodes, recording the first
     `video_episodes` of them; returns the metrics, per-episode returns, checkpoint and video paths,
-    and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it."""
-    from rlpar.config.changes import config_mismatches
-    from rlpar.envs.factory import check_env_exists, resolve_env_spec
+    and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it. The code that
+    config.yaml names is imported only where this user's key signed it (rlpar.runtime.run_dir),
+    or when `trust`."""
     from rlpar.errors import first_line
     from rlpar.logging.tags import tag_for
-    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, checkpoint_policy_weights, evaluate_policy
+    from rlpar.runtime.evaluation import evaluate_policy
+    from rlpar.runtime.run_dir import unsigned_code
 
     run_dir = Path(run_dir)
     config = _run_config(run_dir)
     checkpoint, state = _newest_checkpoint(run_dir)
+    if not trust and (why := unsigned_code(run_dir, config)):
+        raise EvaluateError(f"'{run_dir}': its config.yaml names code to import that this user's key did not sign: "
+                            f"{why}; nothing was imported. If you trust that directory: rlpar evaluate {run_dir} --trust")
+    wandb_options = (config.get("logger") or {}).get("wandb")
+    use_wandb = bool(wandb or (wandb is None and wandb_options))
+    _refuse_links(run_dir, [EVALUATIONS_FILE, *([VIDEO_DIR] if video_episodes > 0 else []),
+                            *([TENSORBOARD_DIR] if tensorboard else []), *(["wandb"] if use_wandb else [])])
+    try:
+        env_spec, policy_spec, weights, seed, iteration, env_steps = _what_to_evaluate(run_dir, config, checkpoint, state, seed)
+    except (EvaluateError, ImportError):  # the latter: rlpar's own, as the user's code is checked first
+        raise
+    except Exception as err:  # a value of config.yaml or the checkpoint that building fails on, in any of many ways
+        raise EvaluateError(f"'{run_dir}' cannot be evaluated: its config.yaml or {checkpoint.name} holds what cannot "
+                            f"be used ({type(err).__name__}: {first_line(err)})") from None
+
+    prefix = f"{checkpoint.stem}-seed{seed}"
+    video_dir = run_dir / VIDEO_DIR
+    notes = []
+    if video_episodes > 0 and not _moviepy_installed():  # an optional extra: the returns do not need it
+        notes.append("rlpar: evaluate: no video (MoviePy is not installed: pip install 'rlpar[video]'; "
+                     "--no-video skips videos without this note)")
+        video_episodes = 0
+    record = _video_recorder(video_dir, prefix, video_episodes) if video_episodes > 0 else None
+    per_episode: list = []
+    try:
+        metrics = evaluate_policy(weights, policy_spec=policy_spec, env_spec=env_spec, num_episodes=episodes,
+                                  seed=seed, max_steps=max_steps, render_mode="rgb_array" if record else None,
+                                  wrap_env=record, episodes=per_episode)
+    except BaseException as err:
+        if record:  # what was recorded before the failure, possibly a file cut off mid-write
+            _remove_videos(video_dir, prefix)
+        if record and isinstance(err, TypeError) and "render_mode" in str(err):  # a user's class without render_mode
+            raise EvaluateError(f"the environment cannot render frames for a video ({first_line(err)}): "
+                                f"pass --no-video", 1) from None
+        raise
+    returns = [float(r) for r, _ in per_episode]
+    lengths = [int(n) for _, n in per_episode]
+    metrics["eval_length_mean"] = float(np.mean(lengths))
+    videos = sorted(video_dir.glob(f"{prefix}-episode-*.mp4"), key=_episode_number) if record else []
+    if record and not videos:
+        raise EvaluateError(f"no video was written to {video_dir} (the environment rendered no frames)", 1)
+    if record and any(length >= MAX_VIDEO_FRAMES for length in lengths[:video_episodes]):
+        notes.append(f"rlpar: evaluate: videos show an episode's first {MAX_VIDEO_FRAMES} frames at most")
+
+    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "evaluate", "checkpoint": checkpoint.name,
+           "iteration": iteration, "env_steps": env_steps, "seed": seed, **metrics, "returns": returns, "lengths": lengths,
+           "videos": [str(v.relative_to(run_dir)) for v in videos]}
+    _append_line(run_dir / EVALUATIONS_FILE, json.dumps(row))
+    scalars = {tag_for(k): float(v) for k, v in metrics.items() if k != "eval_episodes"}
+    first_video = videos[0] if videos else None
+    if tensorboard:
+        from rlpar.logging.video import log_to_tensorboard
+
+        log_to_tensorboard(run_dir / TENSORBOARD_DIR, step=env_steps, scalars=scalars, video=first_video)
+    if use_wandb:
+        from rlpar.logging.video import log_to_wandb
+
+        log_to_wandb(run_dir, config, dict(wandb_options or {}), step=env_steps, scalars=scalars,
+                     video=first_video, name=f"evaluate-{prefix}")
+
+    shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
+    summary = (f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
+               f"{episodes} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
+    return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary,
+            "notes": notes}
+
+
+def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None):
+    """(env spec, policy spec, weights, first seed, iteration, env steps) of a run, or EvaluateError."""
+    from rlpar.config.changes import config_mismatches
+    from rlpar.envs.factory import check_env_exists, resolve_env_spec
+    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, checkpoint_policy_weights
+
     # The environment may differ from training's (a variant to test the policy on), as long as
     # the network still fits its spaces; the network's own settings may not.
     trained_with = state.get("config") if isinstance(state.get("config"), dict) else None
@@ -73,55 +153,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
                             f"spaces{why}: {misfit}")
     seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
     iteration, env_steps = int(state["iteration"]), int(state["env_steps"])
-
-    prefix = f"{checkpoint.stem}-seed{seed}"
-    video_dir = run_dir / VIDEO_DIR
-    notes = []
-    if video_episodes > 0 and not _moviepy_installed():  # an optional extra: the returns do not need it
-        notes.append("rlpar: evaluate: no video (MoviePy is not installed: pip install 'rlpar[video]'; "
-                     "--no-video skips videos without this note)")
-        video_episodes = 0
-    record = _video_recorder(video_dir, prefix, video_episodes) if video_episodes > 0 else None
-    per_episode: list = []
-    try:
-        metrics = evaluate_policy(weights, policy_spec=policy_spec, env_spec=env_spec, num_episodes=episodes,
-                                  seed=seed, max_steps=max_steps, render_mode="rgb_array" if record else None,
-                                  wrap_env=record, episodes=per_episode)
-    except TypeError as err:  # a class of the user's that takes no render_mode
-        if record and "render_mode" in str(err):
-            raise EvaluateError(f"the environment cannot render frames for a video ({first_line(err)}): "
-                                f"pass --no-video", 1) from None
-        raise
-    returns = [float(r) for r, _ in per_episode]
-    lengths = [int(n) for _, n in per_episode]
-    metrics["eval_length_mean"] = float(np.mean(lengths))
-    videos = sorted(video_dir.glob(f"{prefix}-episode-*.mp4"), key=_episode_number) if record else []
-    if record and not videos:
-        raise EvaluateError(f"no video was written to {video_dir} (the environment rendered no frames)", 1)
-
-    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "evaluate", "checkpoint": checkpoint.name,
-           "iteration": iteration, "env_steps": env_steps, "seed": seed, **metrics, "returns": returns, "lengths": lengths,
-           "videos": [str(v.relative_to(run_dir)) for v in videos]}
-    with open(run_dir / EVALUATIONS_FILE, "a") as handle:
-        handle.write(json.dumps(row) + "\n")
-    scalars = {tag_for(k): float(v) for k, v in metrics.items() if k != "eval_episodes"}
-    first_video = videos[0] if videos else None
-    if tensorboard:
-        from rlpar.logging.video import log_to_tensorboard
-
-        log_to_tensorboard(run_dir / "tensorboard", step=env_steps, scalars=scalars, video=first_video)
-    wandb_options = (config.get("logger") or {}).get("wandb")
-    if wandb or (wandb is None and wandb_options):
-        from rlpar.logging.video import log_to_wandb
-
-        log_to_wandb(run_dir, config, dict(wandb_options or {}), step=env_steps, scalars=scalars,
-                     video=first_video, name=f"evaluate-{prefix}")
-
-    shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
-    summary = (f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
-               f"{episodes} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
-    return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary,
-            "notes": notes}
+    return env_spec, policy_spec, weights, seed, iteration, env_steps
 
 
 def _run_config(run_dir: Path) -> dict:
@@ -205,20 +237,17 @@ def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     video_dir.mkdir(parents=True, exist_ok=True)
-    for old in video_dir.glob(f"{prefix}-episode-*.mp4"):  # an earlier evaluation of this checkpoint and seed
-        old.unlink()
+    _remove_videos(video_dir, prefix)  # an earlier evaluation of this checkpoint and seed
 
     def record(env):
-        import gymnasium as gym
-
         if env.render_mode != "rgb_array":
             modes = env.metadata.get("render_modes") or []
             raise EvaluateError(f"the environment cannot render frames for a video (render_mode "
                                 f"{env.render_mode!r}; it offers {modes}): pass --no-video", 1)
         with warnings.catch_warnings():  # "Overwriting existing videos": only this prefix's, removed above
             warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-            return gym.wrappers.RecordVideo(env, str(video_dir), episode_trigger=lambda episode: episode < video_episodes,
-                                            name_prefix=prefix, disable_logger=True)
+            return EpisodeVideos(env, str(video_dir), episode_trigger=lambda episode: episode < video_episodes,
+                                 video_length=MAX_VIDEO_FRAMES - 1, name_prefix=prefix, disable_logger=True)
 
     return record
 
@@ -233,3 +262,38 @@ def _moviepy_installed() -> bool:
 
 def _episode_number(path: Path) -> int:
     return int(path.stem.rsplit("-", 1)[1])
+
+
+class EpisodeVideos(gym.wrappers.RecordVideo):
+    """Gymnasium's RecordVideo with a video per episode, cut at `video_length` frames (its own
+    `video_length` records snippets that run on into the following episodes)."""
+
+    def reset(self, **kwargs):
+        if self.recording:
+            self.stop_recording()
+        return super().reset(**kwargs)
+
+
+def _remove_videos(video_dir: Path, prefix: str) -> None:
+    for old in video_dir.glob(f"{prefix}-episode-*.mp4"):
+        old.unlink(missing_ok=True)  # a link is removed itself, never what it points to
+
+
+def _refuse_links(run_dir: Path, names: list[str]) -> None:
+    """What evaluate writes into a run directory, never through a symbolic link to another place
+    (appending to, writing into or deleting from it)."""
+    for name in names:
+        if (run_dir / name).is_symlink():
+            kind = "file" if name == EVALUATIONS_FILE else "folder"
+            raise EvaluateError(f"'{run_dir / name}' is a symbolic link; rlpar evaluate writes into a run directory "
+                                f"only, never through a link (replace it with a {kind})")
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append `line` to `path`, refusing a symbolic link put there since it was checked."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        raise EvaluateError(f"cannot write '{path}' ({err.strerror or err})") from None
+    with os.fdopen(fd, "a") as handle:
+        handle.write(line + "\n")

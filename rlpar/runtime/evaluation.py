@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
@@ -34,7 +35,9 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
         except BaseException:
             env.close()
             raise
-    flatten = flatten_observation_fn(env.observation_space)
+    space = env.observation_space
+    flatten = flatten_observation_fn(space)  # training's own rows, from a batch of one observation
+    batch = create_empty_array(space, 1)
     policy = policy_spec.acting_policy()
     policy.set_weights(weights)
     mapper = ActionMapper(policy_spec.action)
@@ -46,7 +49,7 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
             total, steps, done = 0.0, 0, False
             state = np.zeros((1, policy.state_size)) if policy.state_size else None  # a recurrent policy's memory
             while not done and steps < max_steps:
-                rows = flatten(np.asarray(obs)[None])
+                rows = flatten(concatenate(space, [obs], batch))
                 x = policy.normalize(rows.reshape(agents, -1) if agents else rows)
                 action, _, _ = policy.act(x, None, state)  # advances `state`
                 obs, reward, terminated, truncated, _ = env.step(mapper.to_env(action) if agents else mapper.to_env(action)[0])

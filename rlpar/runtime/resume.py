@@ -11,6 +11,7 @@ from rlpar.config.changes import (RESUME_OVERRIDABLE, follow_placement, repeated
                                   resume_change_problems)
 from rlpar.config.validate import ConfigError, resume_dir_problem
 from rlpar.errors import first_line
+from rlpar.runtime.run_dir import unsigned_code
 
 
 
@@ -32,6 +33,13 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
     saved = _load_saved_config(run_dir / "config.yaml")
     if problems := repeated_group_problems(keys, cfg, saved):
         raise ConfigError(problems)
+    trusted = cfg.get("resume_trust", False)  # from the command line only: config.yaml cannot vouch for itself
+    if trusted not in (True, False):
+        raise ConfigError([f"resume_trust: {trusted!r} is not one of True, False"])
+    if not trusted and (why := unsigned_code(run_dir, OmegaConf.to_container(saved, resolve=False))):
+        raise ConfigError([f"resume: '{run_dir}': its config.yaml names code to import that this user's key did not "
+                           f"sign: {why}; nothing was imported. If you trust that directory: python main.py "
+                           f"resume={run_dir} resume_trust=true"])
     with open_dict(saved):
         saved.resume = str(run_dir)
         saved.run_dir = str(run_dir)

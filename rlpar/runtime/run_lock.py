@@ -27,8 +27,8 @@ from rlpar.errors import RunDirError
 HOLDER_FILE = ".rlpar.lock"
 # What rlpar writes into a run directory: a directory holding only these (and config.yaml) holds a run.
 RUN_FILES = frozenset({
-    "config.yaml", "metrics.jsonl", "main.log", "events.jsonl", "checkpoints", "tensorboard", "wandb", "videos",
-    "evaluations.jsonl", "trials", "tune", "search.csv", "best.yaml", "search_command.json", HOLDER_FILE,
+    "config.yaml", "config.signed.json", "metrics.jsonl", "main.log", "events.jsonl", "checkpoints", "tensorboard",
+    "wandb", "videos", "evaluations.jsonl", "trials", "tune", "search.csv", "best.yaml", "search_command.json", HOLDER_FILE,
 })
 LISTED = 4  # entries named in a refusal
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import imageio.v2 as imageio
+import numpy as np
 import pytest
 import yaml
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -160,8 +161,8 @@ def test_evaluate_env_that_cannot_render(trained, tmp_path):
     config["env"].update(id=None, entry_point="tests.runs.test_evaluate:CartPoleWithoutRendering")
     config["logger"]["wandb"] = None
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
-    assert "cannot render" in one_line_refusal(evaluate(copy, "--episodes", 1, cwd=tmp_path), 1)
-    proc = evaluate(copy, "--episodes", 1, "--no-video", cwd=tmp_path)
+    assert "cannot render" in one_line_refusal(evaluate(copy, "--episodes", 1, "--trust", cwd=tmp_path), 1)
+    proc = evaluate(copy, "--episodes", 1, "--no-video", "--trust", cwd=tmp_path)  # the environment is another class
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("returns: ")
 
@@ -200,3 +201,157 @@ def test_evaluate_plays_team_episodes_of_a_multi_agent_run_and_records_one(tmp_p
     assert row["eval_return_mean"] == pytest.approx(final["eval_return_mean"])
     frames = imageio.mimread(run_dir / row["videos"][0], memtest=False)
     assert len(frames) >= 25
+
+
+class MaskedChoice(gym.Env):
+    """Dict observations as a game with legal moves gives them: {"observation": Box, "action_mask":
+    Box}; reward 1 for a legal action. Renders a small picture for videos."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, length: int = 10, render_mode=None):
+        self.length, self.render_mode = length, render_mode
+        self.observation_space = gym.spaces.Dict({
+            "observation": gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
+            "action_mask": gym.spaces.Box(0, 1, (3,), np.int8),
+        })
+        self.action_space = gym.spaces.Discrete(3)
+
+    def _observe(self):
+        self.mask = np.zeros(3, np.int8)
+        self.mask[self.np_random.integers(3)] = 1
+        return {"observation": self.np_random.uniform(-1, 1, 4).astype(np.float32), "action_mask": self.mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        reward = float(self.mask[int(action)])
+        self.steps += 1
+        return self._observe(), reward, False, self.steps >= self.length, {}
+
+    def render(self):
+        return np.kron(self.mask.astype(np.uint8)[None, :, None] * 255, np.ones((16, 16, 3), np.uint8))
+
+
+class Endless(CartPoleEnv):
+    """CartPole's spaces on an episode that never ends (no time limit), rendering small frames;
+    `fail_at`: raises at that step, as an environment of a user's may."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
+
+    def __init__(self, fail_at: int | None = None, render_mode=None):
+        super().__init__(render_mode=None)
+        self.render_mode, self.fail_at, self.steps = render_mode, fail_at, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.fail_at is not None and self.steps >= self.fail_at:
+            raise RuntimeError("the simulator lost its state")
+        self.state = np.zeros(4)  # upright for ever
+        obs, reward, _, _, info = super().step(action)
+        return obs, reward, False, False, info
+
+    def render(self):
+        return np.full((32, 48, 3), self.steps % 256, np.uint8)
+
+
+@pytest.mark.slow
+def test_main_py_dict_observations_with_eval_episodes_and_then_evaluate(tmp_path):
+    """The bar: a Dict-observation run with eval_episodes=20 exits 0, and so does `rlpar
+    evaluate` on it, video included."""
+    run_dir = tmp_path / "run"
+    trained = subprocess.run([sys.executable, "main.py", "env.id=null", "env.entry_point=tests.runs.test_evaluate:MaskedChoice",
+                              f"total_steps={STEPS_PER_ITERATION}", "eval_episodes=20", "progress=false",
+                              f"run_dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    final = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
+    assert final["source"] == "training" and final["eval_episodes"] == 20
+    proc = evaluate(run_dir, "--episodes", 20, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
+    assert row["source"] == "evaluate" and row["eval_return_mean"] == pytest.approx(final["eval_return_mean"])
+    assert row["lengths"] == [10] * 20 and len(row["videos"]) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [
+    ["env.id=rlpar/DictTarget-v0"],  # Dict of Discrete and Box
+    ["env.id=rlpar/MultiDiscreteMatch-v0"],  # Tuple of Discrete observations, MultiDiscrete actions
+    ["env.id=rlpar/MultiBinaryMatch-v0"],  # Tuple of MultiBinary, MultiBinary actions
+    ["env.id=rlpar/PixelGridWorld-v0"],  # uint8 images through the CNN
+    ["model.recurrent=lstm"],  # a recurrent policy's state carried from step to step
+    ["env=pettingzoo", "algo=ippo", "algo.rollout_length=25"],  # every agent's rows, the team's return
+], ids=["dict", "tuple-multidiscrete", "multibinary", "image", "recurrent", "multi-agent"])
+def test_every_space_training_takes_is_evaluated_at_the_end_and_by_evaluate(tmp_path, overrides):
+    """eval_episodes at the end of training and `evaluate_run` afterwards play the same greedy
+    episodes on the same seeds: the same returns."""
+    from rlpar.config.compose import compose_config
+    from rlpar.runtime.evaluate_run import evaluate_run
+
+    run_dir = tmp_path / "run"
+    final = run(compose_config(["progress=false", f"total_steps={STEPS_PER_ITERATION}", "eval_episodes=3", *overrides],
+                               run_dir=run_dir))
+    result = evaluate_run(run_dir, episodes=3, video_episodes=0, tensorboard=False)
+    assert len(result["returns"]) == 3
+    assert result["eval_return_mean"] == pytest.approx(final["eval_return_mean"])
+
+
+@pytest.mark.slow
+def test_videos_of_endless_episodes_are_cut_and_a_failed_evaluation_leaves_none(trained, tmp_path, monkeypatch):
+    """An environment without a time limit: its video stops at MAX_VIDEO_FRAMES frames (they are
+    held in memory until encoded), the episode plays on. One that raises mid-recording leaves no
+    video behind."""
+    from rlpar.runtime import evaluate_run as module
+
+    run_dir, _ = trained
+    copy = shutil.copytree(run_dir, tmp_path / "copy", ignore=shutil.ignore_patterns("wandb", "videos", "tensorboard"))
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["env"].update(id=None, entry_point="tests.runs.test_evaluate:Endless", max_episode_steps=None)
+    config["logger"]["wandb"] = None
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(module, "MAX_VIDEO_FRAMES", 40)
+    result = module.evaluate_run(copy, episodes=2, video_episodes=2, max_steps=300, tensorboard=False, trust=True)
+    assert result["lengths"] == [300, 300]
+    for video in result["videos"]:
+        assert len(imageio.mimread(video, format="FFMPEG", memtest=False)) == 40
+    assert result["notes"] == ["rlpar: evaluate: videos show an episode's first 40 frames at most"]
+
+    config["env"]["kwargs"] = {"fail_at": 25}  # mid-way through the first video
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(RuntimeError, match="lost its state"):
+        module.evaluate_run(copy, episodes=1, video_episodes=1, seed=5, tensorboard=False, trust=True)
+    assert not list((copy / "videos").glob("*seed5*"))
+
+
+@pytest.mark.slow
+def test_evaluate_never_writes_through_a_link_in_the_run_directory(trained, tmp_path):
+    """evaluations.jsonl or videos/ made links to another place: refused in one line (exit 2),
+    and that place is left as it was."""
+    run_dir, _ = trained
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.jsonl").write_text("mine\n")
+    (elsewhere / "checkpoint_00000004-seed10000-episode-0.mp4").write_text("mine")
+    for name, target in [("evaluations.jsonl", elsewhere / "notes.jsonl"), ("videos", elsewhere)]:
+        copy = shutil.copytree(run_dir, tmp_path / f"copy-{name}", ignore=shutil.ignore_patterns("wandb", "videos"))
+        (copy / name).unlink(missing_ok=True)
+        (copy / name).symlink_to(target)
+        line = one_line_refusal(evaluate(copy, "--episodes", 1, cwd=tmp_path), 2)
+        assert f"'{copy / name}' is a symbolic link" in line, line
+        assert sorted(p.name for p in elsewhere.iterdir()) == ["checkpoint_00000004-seed10000-episode-0.mp4", "notes.jsonl"]
+        assert (elsewhere / "notes.jsonl").read_text() == "mine\n"
+
+
+@pytest.mark.slow
+def test_values_of_a_run_directory_that_cannot_be_used_are_its_problem_exit_2(trained, tmp_path):
+    run_dir, _ = trained
+    for section, key, value in [("env", "kwargs", [1, 2]), (None, "seed", "first")]:
+        copy = shutil.copytree(run_dir, tmp_path / key, ignore=shutil.ignore_patterns("wandb", "videos", "tensorboard"))
+        config = yaml.safe_load((copy / "config.yaml").read_text())
+        (config[section] if section else config)[key] = value
+        (copy / "config.yaml").write_text(yaml.safe_dump(config))
+        line = one_line_refusal(evaluate(copy, "--no-video", cwd=tmp_path), 2)
+        assert "its config.yaml or checkpoint_00000004.pt holds what cannot be used" in line, line

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from rlpar.errors import RunDirError
 from rlpar.logging.run_log import RunLog
@@ -173,6 +174,69 @@ def test_a_damaged_newest_checkpoint_is_named_set_aside_and_recorded(copy_of, tm
     assert (run_dir / "checkpoints" / "checkpoint_00000012.pt.skipped").exists()
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert iterations == list(range(1, 13))  # iterations 9-12 trained again, each once
+
+
+EVIL_MODULE = """from pathlib import Path
+
+Path({marker!r}).touch()  # importing this module is the attack
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv as Env
+"""
+
+
+def evaluate(run_dir: Path, *args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlpar", "evaluate", str(run_dir), "--no-video", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("named", ["os_system", "module_in_the_run_dir"])
+def test_code_a_run_directory_names_is_never_run_without_the_trust_flag(copy_of, tmp_path, named):
+    """config.yaml edited to name `os:system` (a command in env.kwargs), or a module of the
+    directory's own through env.import_dir: evaluate and resume refuse in one line naming the
+    flag, before anything is imported."""
+    run_dir = copy_of()
+    marker = tmp_path / "pwned"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    if named == "os_system":
+        config["env"].update(id=None, entry_point="os:system", kwargs={"command": f"touch {marker}"})
+    else:
+        (run_dir / "evilenv.py").write_text(EVIL_MODULE.format(marker=str(marker)))
+        config["env"].update(id=None, entry_point="evilenv:Env", import_dir=str(run_dir))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    evaluated = evaluate(run_dir, cwd=tmp_path)
+    assert evaluated.returncode == 2, evaluated.stderr
+    line = one_line(evaluated.stderr)
+    assert "did not sign" in line and "env.entry_point" in line and line.endswith(f"rlpar evaluate {run_dir} --trust")
+    code, stderr = finish(main_py(f"resume={run_dir}", f"total_steps={16 * STEPS_PER_ITERATION}", hydra_dir=tmp_path / "h"))
+    assert code == 2, stderr
+    assert one_line(stderr).endswith(f"python main.py resume={run_dir} resume_trust=true")
+    assert not marker.exists()
+    if named == "module_in_the_run_dir":  # the flag is the user's own decision to run it
+        trusted = evaluate(run_dir, "--trust", "--episodes", "1", cwd=tmp_path)
+        assert trusted.returncode == 0 and marker.exists(), trusted.stderr
+
+
+@pytest.mark.slow
+def test_a_tensor_stretched_past_its_file_is_damage_found_before_it_is_allocated(copy_of, tmp_path):
+    """A 160 GB view of one float (`expand`) in a checkpoint of under a MB, with a wrong checksum:
+    the checkpoint is damaged before anything is made contiguous, and evaluate and resume use
+    the one before it."""
+    run_dir = copy_of()
+    newest = list_checkpoints(run_dir / "checkpoints")[-1]
+    state = torch.load(newest, weights_only=True)
+    model = state["algorithm"]["model"]
+    model[next(iter(model))] = torch.zeros(1).expand(200_000, 200_000)
+    torch.save(state, newest)
+    assert newest.stat().st_size < 1_000_000
+    with pytest.raises(CheckpointError, match=r"a tensor larger than the whole .*\(200000, 200000\)"):
+        load_checkpoint(newest)
+    evaluated = evaluate(run_dir, "--episodes", "1", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "skipped checkpoint checkpoint_00000012.pt" in evaluated.stdout, evaluated.stdout
+    assert "checkpoint_00000008.pt, iteration 8" in evaluated.stdout
+    code, output = _resume_output(run_dir, tmp_path)
+    assert code == 0 and "resuming from checkpoint_00000008.pt" in output, output
 
 
 def _resume_output(run_dir: Path, tmp_path: Path) -> tuple[int, str]:

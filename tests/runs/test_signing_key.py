@@ -135,3 +135,41 @@ def test_checkpoints_beyond_keep_are_pruned_before_a_write_that_may_not_fit(tmp_
     (lower.directory / "checkpoint_00000004.pt.tmp").unlink(missing_ok=True)
     lower.save(state, 4)
     assert [p.name for p in list_checkpoints(lower.directory)] == ["checkpoint_00000004.pt"]
+
+
+def test_only_the_code_a_signed_config_names_is_trusted(key_file, tmp_path):
+    """config.yaml is signed as written: values that are not code may be edited; an import path
+    that differs from the signed copy's, a copy signed under another key, or none, is named."""
+    import json
+
+    import yaml
+
+    from rlpar.runtime.run_dir import SIGNED_CONFIG_FILE, unsigned_code, write_config
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = {"seed": 0, "env": {"id": "CartPole-v1", "entry_point": None, "import_dir": None, "kind": "gymnasium",
+                                 "kwargs": {}},
+              "model": {"_target_": "rlpar.models.spec.ActorCriticSpec", "hidden_sizes": [64, 64]}}
+    write_config(run_dir, config)
+    assert unsigned_code(run_dir, config) is None
+    edited = yaml.safe_load((run_dir / "config.yaml").read_text())
+    edited["model"]["hidden_sizes"], edited["env"]["kwargs"] = [32], {"gravity": 5.0}
+    assert unsigned_code(run_dir, edited) is None  # not code: edits that evaluate and resume judge on their own
+    for key, value in [("entry_point", "os:system"), ("import_dir", str(run_dir)),
+                       ("id", "evil:Env-v0")]:  # Gymnasium imports `evil` (a registered id names no module)
+        hostile = {**edited, "env": {**edited["env"], key: value}}
+        assert unsigned_code(run_dir, hostile) == f"env.{key} is {value!r} where the signed copy has None"
+    hostile = {**edited, "model": {**edited["model"], "_target_": "os.system"}}
+    assert "model._target_ is 'os.system'" in unsigned_code(run_dir, hostile)
+
+    signed = json.loads((run_dir / SIGNED_CONFIG_FILE).read_text())
+    forged = yaml.safe_dump({**config, "env": {**config["env"], "entry_point": "os:system"}})
+    (run_dir / SIGNED_CONFIG_FILE).write_text(json.dumps({"config": forged, "hmac_sha256": signed["hmac_sha256"]}))
+    assert "was not signed by this user (its signature does not match" in unsigned_code(run_dir, config)
+    (run_dir / SIGNED_CONFIG_FILE).unlink()
+    assert unsigned_code(run_dir, config).startswith(f"it has no {SIGNED_CONFIG_FILE}")
+    write_config(run_dir, config)
+    key_file.unlink()  # another user's machine: a key of its own
+    user_key(create=True)
+    assert "was not signed by this user" in unsigned_code(run_dir, config)
