@@ -106,6 +106,16 @@ CASES = {
         ["env.id=null", "env.entry_point=tests.faulty_envs:BadOutputAfterCartPole", "+env.kwargs.after=1",
          "+env.kwargs.what=string_reward"], "env", "a reward of type str ('1.0')"),
     "negative_env_restart_limit": Case(["env.max_restarts=-1"], "env.max_restarts", "out of range"),
+    # NaN fails every comparison: no range check caught it (issue 39)
+    "time_limit_of_nan": Case(["time_limit_s=nan"], "time_limit_s", "nan is not a number"),
+    "learner_group_timeout_of_nan": Case(["learner_group.timeout_s=nan"], "learner_group.timeout_s", "nan is not a number"),
+    "infinite_learning_rate": Case(["algo.lr=inf"], "algo.lr", "inf is not finite"),
+    "policy_name_with_a_dot": Case(["env=pettingzoo", "algo=mappo", "env.policies={x.y: [agent_*]}"], "env.policies",
+                                   "policy name 'x.y' must be a name without dots"),
+    "policy_matching_no_agent": Case(["env=pettingzoo", "algo=mappo", "env.policies={a: [agent_*], b: [adversary_*]}"],
+                                     "env.policies", "b (adversary_*) matches no agent"),
+    "resume_with_a_key_its_command_lacks": Case(["env.policies=agent"], "env.policies", "cannot be changed when resuming",
+                                                resume="good"),
     "hydra_run_dir_cannot_be_made": Case(["hydra.run.dir=/proc/rlpar-run"], "hydra.run.dir", "cannot be written"),
     "run_dir_name_too_long": Case([f"run_dir={'a' * 300}"], "run_dir", "File name too long"),
 }
