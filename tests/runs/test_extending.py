@@ -1,5 +1,5 @@
-"""Bring your own algorithm (docs/extending.md): examples/reinforce copied to a directory outside
-the clone and run from there, as a user runs it:
+"""Bring your own algorithm (docs/extending.md): the example, written from the page's own code
+blocks into a directory outside the clone, and run from there as a user runs it:
 
     cd <their dir> && python <clone>/main.py hydra.searchpath=[file://<their dir>/conf] algo=reinforce
 
@@ -9,7 +9,6 @@ in the directory it was started in, on every sampler."""
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,8 @@ from tests.processes import left_running
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "reinforce"
+EXAMPLE_FILES = ("conf/algo/reinforce.yaml", "reinforce.py")
+DOC = ROOT / "docs" / "extending.md"
 SMALL = ("workers=2", "envs_per_worker=2", "algo.rollout_length=64")  # 256 env steps an iteration
 
 # An environment of the user's that ends its worker's process once (as an out-of-memory kill
@@ -50,12 +51,29 @@ class DiesOnceCartPole(CartPoleEnv):
 '''
 
 
+def doc_block(path: str) -> str:
+    """The code block of docs/extending.md marked `<!-- path -->` on the line above it."""
+    block = DOC.read_text().split(f"<!-- {path} -->\n```", 1)[1].split("\n", 1)[1]
+    return block.split("\n```\n", 1)[0] + "\n"
+
+
 @pytest.fixture
 def user_dir(tmp_path) -> Path:
-    """The example as a user keeps it: their own directory, far from the clone."""
+    """The example as a user keeps it, copied from docs/extending.md: their own directory, far
+    from the clone."""
     mine = tmp_path / "my_research"
-    shutil.copytree(EXAMPLE, mine, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in EXAMPLE_FILES:
+        (mine / path).parent.mkdir(parents=True, exist_ok=True)
+        (mine / path).write_text(doc_block(f"examples/reinforce/{path}"))
     return mine
+
+
+def test_the_example_on_the_page_is_the_example_in_the_clone():
+    kept = sorted(p.relative_to(EXAMPLE).as_posix() for p in EXAMPLE.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts)
+    assert kept == sorted(EXAMPLE_FILES)
+    for path in EXAMPLE_FILES:
+        assert doc_block(f"examples/reinforce/{path}") == (EXAMPLE / path).read_text(), path
 
 
 def user_env() -> dict:
