@@ -38,3 +38,12 @@ def test_every_algorithm_option_declares_the_action_spaces_it_learns():
     assert all(declared.values()), declared
     assert [name for name, spaces in declared.items() if "Box" not in spaces] == ["apex", "async_dqn", "dqn"]
     assert [name for name, spaces in declared.items() if "Discrete" not in spaces] == ["sac", "td3"]
+
+
+@pytest.mark.slow
+def test_a_misspelt_key_of_an_algorithm_gets_the_nearest_key_not_advice_to_add_it():
+    """`+algo.lrr=0.1` would be refused next (PPO takes no lrr): the refusal, with the key it meant."""
+    from rlpar.config.overrides import override_problems
+
+    assert override_problems(["algo.lrr=0.1"]) == [
+        "algo.lrr: unknown key (not taken by rlpar.algos.ppo.PPO); did you mean algo.lr?"]
