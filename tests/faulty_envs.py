@@ -152,11 +152,14 @@ class BadOutputAfterCartPole(_CountingCartPole):
 class FlakySpread(BaseParallelWrapper):
     """A PettingZoo Parallel API environment that raises RuntimeError on every `fail_every`-th step
     of an instance; with `break_after`, on every step once this process has stepped such
-    environments that many times in all (a simulator lost for good); with `reset_fails`, on every reset."""
+    environments that many times in all (a simulator lost for good); with `reset_fails`, on every
+    reset; with `string_reward_after`, from that step on agent_0's reward is a string."""
 
-    def __init__(self, env, fail_every: int, break_after: int | None = None, reset_fails: bool = False):
+    def __init__(self, env, fail_every: int, break_after: int | None = None, reset_fails: bool = False,
+                 string_reward_after: int | None = None):
         super().__init__(env)
         self.fail_every, self.break_after, self.reset_fails, self.steps = fail_every, break_after, reset_fails, 0
+        self.string_reward_after = string_reward_after
 
     def reset(self, seed=None, options=None):
         if self.reset_fails:
@@ -170,12 +173,16 @@ class FlakySpread(BaseParallelWrapper):
             raise RuntimeError(f"simulator lost after {self.break_after} steps")
         if self.steps % self.fail_every == 0:
             raise RuntimeError(f"simulated simulator crash at step {self.steps}")
-        return super().step(actions)
+        observations, rewards, *rest = super().step(actions)
+        if self.string_reward_after is not None and self.steps >= self.string_reward_after:
+            rewards = {**rewards, "agent_0": "-1.5"}
+        return (observations, rewards, *rest)
 
 
 def flaky_simple_spread(fail_every: int = 40, break_after: int | None = None, reset_fails: bool = False,
-                        **kwargs) -> FlakySpread:
+                        string_reward_after: int | None = None, **kwargs) -> FlakySpread:
     """mpe2's simple_spread (`kwargs`: its own), failing as FlakySpread says."""
     from mpe2 import simple_spread_v3
 
-    return FlakySpread(simple_spread_v3.parallel_env(**kwargs), fail_every, break_after, reset_fails)
+    return FlakySpread(simple_spread_v3.parallel_env(**kwargs), fail_every, break_after, reset_fails,
+                       string_reward_after)

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from rlpar.envs.contract import observation_problem, reward_problem
 from rlpar.envs.recovering import (RESEED_STRIDE, RESET_ATTEMPTS, close_quietly, log_rebuild, reset_failed,
                                    stop_if_failing_for_good)
 from rlpar.envs.spaces import SUPPORTED_ACTIONS, ActionInfo, describe_action_space, is_image_space, observation_dim
+from rlpar.errors import EnvironmentFailedError
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
 GLOBAL_STATES = ("auto", "state", "observations")
@@ -245,6 +247,7 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         self._seeds: list[int | None] = [None] * count
         self._reseed = [False] * count
         self._last_rows = np.zeros((num_columns, self.layout.row_dim), np.float32)
+        self._steps = [0] * count  # per environment, as RecoveringEnv counts its steps
 
     def __setstate__(self, state: dict) -> None:
         """Unpickled (a resume): the clock of the process that pickled it means nothing here."""
@@ -296,7 +299,9 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         for attempt in range(RESET_ATTEMPTS):
             try:
                 observations, _ = self.envs[k].reset(seed=seed)
-                self._rows(k, observations, rows[self._columns(k)])
+                broken = self._contract_problem(observations, {})
+                if broken is None:
+                    self._rows(k, observations, rows[self._columns(k)])
                 break
             except Exception as err:
                 if attempt == RESET_ATTEMPTS - 1:
@@ -304,8 +309,20 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                 self._rebuild(k, err)
                 if self._seeds[k] is not None:
                     seed = self._seeds[k] + RESEED_STRIDE * self._rebuilds[k]
+        if broken is not None:
+            raise EnvironmentFailedError(f"environment {self.name} returned {broken} (at reset)")
         self._reseed[k] = False
         self._last_rows[self._columns(k)] = rows[self._columns(k)]
+
+    def _contract_problem(self, observations: dict, rewards: dict) -> str | None:
+        """What an agent's observation or reward breaks of the environment's contract
+        (rlpar.envs.contract), naming the agent; None when all is well."""
+        for a, agent in enumerate(self.layout.agents):
+            problem = ((agent in observations and observation_problem(observations[agent], self.obs_spaces[a]))
+                       or (agent in rewards and reward_problem(rewards[agent])))
+            if problem:
+                return f"{problem} for agent {agent}"
+        return None
 
     def _rebuild(self, k: int, err: Exception) -> None:
         self._rebuilds[k] += 1
@@ -335,14 +352,19 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
             live = set(env.agents)
             chosen = {agent: self._env_action(a, actions[k * A + a]) for a, agent in enumerate(layout.agents)
                       if agent in live}
+            self._steps[k] += 1
             try:
                 observations, agent_rewards, agent_terminated, agent_truncated, _ = env.step(chosen)
-                self._rows(k, observations, rows[columns])
+                broken = self._contract_problem(observations, agent_rewards)
+                if broken is None:
+                    self._rows(k, observations, rows[columns])
             except Exception as err:
                 self._failures_in_a_row[k] += 1
                 self._rebuild(k, err)
                 self._cut_short(k, live, rows, truncated, info)
                 continue
+            if broken is not None:  # no rebuild mends that
+                raise EnvironmentFailedError(f"environment {self.name} returned {broken} (at step {self._steps[k]})")
             self._failures_in_a_row[k] = 0
             self._last_rows[columns] = rows[columns]
             for a, agent in enumerate(layout.agents):

@@ -129,6 +129,12 @@ def test_a_multi_agent_environment_that_raises_is_rebuilt_and_its_agents_truncat
     with pytest.raises(EnvironmentFailedError, match="environment unstartable raised on 3 resets in a row, rebuilt each "
                                                      "time; last: RuntimeError: simulator cannot start an episode"):
         unstartable.reset(seed=[0, 0, 0])
+    lying = MultiAgentVectorEnv(make=partial(flaky_simple_spread, string_reward_after=5), name="lying")
+    lying.reset(seed=[0, 0, 0])
+    with pytest.raises(EnvironmentFailedError, match=r"environment lying returned a reward of type str \('-1.5'\); a "
+                                                     r"reward must be one real number for agent agent_0 \(at step 5\)"):
+        for _ in range(10):
+            lying.step(np.zeros(3, np.int64))
 
 
 def test_aec_environments_are_converted():
