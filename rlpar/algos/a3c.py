@@ -44,7 +44,9 @@ class A3C(A2C):
     max_policy_lag = None
     worker_class = GradientWorker
     central_inference = False
-    data_parallel = False  # its workers (or a parameter server) make the gradients, not a learner
+    data_parallel = False
+    not_data_parallel_because = ("does not learn in one place that can be split (its workers or a parameter server "
+                                 "make the gradients)")
     recurrent_policies = True  # each worker's gradient over its rollout in sequence, from the stored start state
     worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)

@@ -56,6 +56,8 @@ class Algorithm(ABC):
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
     data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
+    # why learners > 1 is refused where data_parallel is False (validation says "learners: <algo> <this>")
+    not_data_parallel_because = "does not split its update into learning_inputs (rank 0) and learn (every rank)"
     collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
     precisions = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)

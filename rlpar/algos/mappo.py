@@ -32,6 +32,8 @@ class IPPO(Algorithm):
     multi_agent = True  # it learns PettingZoo environments' agents (env=pettingzoo), and only those
     centralised_critic = False  # its critic reads the global state: rows carry it (env.global_state)
     data_parallel = False
+    not_data_parallel_because = ("learns each policy with a PPO learner of its own (env.policies), and a learner group "
+                                 "splits the update of one learner, not of a set of them")
     recurrent_policies = False
 
     # PPO's keys (algo.lr, algo.clip, ...) apply to every policy's learner; validation reads them there

@@ -201,9 +201,8 @@ def _check_learners(c: ConfigView, workers, envs_per_worker) -> None:
     if not isinstance(learners, int) or learners == 1:
         return
     if c.algorithm and not c.algorithm.get("data_parallel"):
-        c.problems.append(f"learners: {c.get('algo.name')} does not learn in one place that can be split (its "
-                          f"workers or a parameter server make the gradients); learners={learners} is for "
-                          f"{c.algorithms_with('data_parallel', True)}")
+        c.problems.append(f"learners: {c.get('algo.name')} {c.algorithm.get('not_data_parallel_because')}; "
+                          f"learners={learners} is for {c.algorithms_with('data_parallel', True)}")
     if c.sampler is not None and not c.sampler.learner_groups:
         c.problems.append(f"learners: {learners} learners run as Ray actors: use parallel=distributed (a private Ray "
                           f"instance on this machine, or a cluster); parallel={c.get('parallel.name')} learns in one process")

@@ -3,9 +3,10 @@ actors holding replicas of it, one bundle each of a placement group that keeps r
 the driver's node and spreads the others (docs/learners.md).
 
 The handle the algorithm sees is `learn(algorithm, inputs)`: shard, learn everywhere, return
-rank 0's diagnostics. A rank that dies or never answers ends the update on every survivor (the
-process group's timeout), rank 0 returns to its weights before the update, and the group is
-started again from them and learns the same inputs; `restarts` counts it."""
+the update's diagnostics (the whole batch's: every rank reduces them alike). A rank that dies or
+never answers, also while the group starts again, ends the update on every survivor (the process
+group's timeout), rank 0 returns to its weights before the update, and the group is started again
+from them and learns the same inputs; `restarts` counts each time."""
 
 from __future__ import annotations
 
@@ -95,6 +96,7 @@ class LearnerGroup:
 
         ray = self.ray
         driver_node = ray.get_runtime_context().get_node_id()
+        self.refuse_if_the_cluster_cannot_hold_the_group(driver_node)
         self.placement = placement_group(
             [{"CPU": self.cpus_per_learner}] * self.world_size, strategy="SPREAD",
             bundle_label_selector=[{"ray.io/node-id": driver_node}] + [{}] * (self.world_size - 1))
@@ -119,6 +121,19 @@ class LearnerGroup:
         self.log(f"learners: {self.world_size} ranks on {nodes} node(s), pids "
                  + ", ".join(str(pid) for _, pid in self.locations))
         self.joined = False
+
+    def refuse_if_the_cluster_cannot_hold_the_group(self, driver_node: str) -> None:
+        """A group larger than the cluster's whole CPUs (not only its free ones) would wait
+        PLACEMENT_TIMEOUT_S for room that never comes: refused at once, in one line."""
+        nodes = {node["NodeID"]: node["Resources"].get("CPU", 0.0) for node in self.ray.nodes() if node["Alive"]}
+        bundles = {node: int(cpus / self.cpus_per_learner + 1e-9) for node, cpus in nodes.items()}
+        if bundles.get(driver_node, 0) >= 1 and sum(bundles.values()) >= self.world_size:
+            return
+        raise LearnerGroupError(
+            f"learners={self.world_size}: the Ray cluster ({sum(nodes.values()):g} CPU on {len(nodes)} node(s), "
+            f"{nodes.get(driver_node, 0):g} on this one) can hold at most {sum(bundles.values())} bundles of "
+            f"{self.cpus_per_learner:g} CPU (ray.cpus_per_learner), one of them here; use fewer learners or a "
+            f"smaller ray.cpus_per_learner")
 
     def join(self, algorithm) -> None:
         """Every rank meets rank 0 (this process) at a free port of this node, with rank 0's state."""
@@ -152,11 +167,14 @@ class LearnerGroup:
 
     # -- one update --------------------------------------------------------------------------
     def learn(self, algorithm, inputs: dict) -> dict:
-        """Rank 0's diagnostics of one update learned by every rank on its shard of `inputs`. A
-        lost rank: rank 0's weights before the update, the group again, the same inputs."""
+        """The diagnostics of one update learned by every rank on its shard of `inputs`. A lost
+        rank (in the update, or in the group's start or meeting before it): rank 0's weights
+        before the update, the group again, the same inputs."""
         before = copy.deepcopy(algorithm.learner_state())
         while True:
             try:
+                if not self.actors:  # torn down by a failure: started again here, where its own failures count
+                    self.start()
                 if not self.joined:
                     self.join(algorithm)
                 shards = algorithm.shard_inputs(inputs, self.world_size)
@@ -165,14 +183,14 @@ class LearnerGroup:
                 self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
                 self.consecutive_failures = 0
                 return {**stats, **algorithm.collective.reduction_costs()}
-            except NonFiniteLossError:  # the same gradient on every rank: the run's own stop, not a lost rank
-                raise
+            except (NonFiniteLossError, LearnerGroupError):  # the run's own stop (the same gradient on every
+                raise                                          # rank), or a cluster without room: not a lost rank
             except (RuntimeError, self.ray.exceptions.RayError) as err:  # gloo's errors are RuntimeErrors
                 self.recover(algorithm, before, err)
 
     def recover(self, algorithm, before: dict, err: Exception) -> None:
-        """Tear the group down, return rank 0 to `before`, start the group again (or stop the run
-        after max_restarts failures in a row)."""
+        """Tear the group down and return rank 0 to `before` (or stop the run after max_restarts
+        failures in a row); `learn` starts the group again."""
         self.consecutive_failures += 1
         self.restarts += 1
         cause = f"{type(err).__name__}: {first_line(err)}"
@@ -185,4 +203,3 @@ class LearnerGroup:
         self.log(f"learners: a rank was lost ({cause}); restarting the group from rank 0's weights "
                  f"(restart {self.restarts})")
         time.sleep(min(self.consecutive_failures, 5))
-        self.start()

@@ -42,6 +42,25 @@ class EnvRunner:
         return self.worker.sample()
 
 
+def learner_room_problem(config) -> str | None:
+    """learners=N on a private Ray instance, whose CPUs are known before it starts: a learner group
+    that cannot fit beside the env runners would wait for room that never comes."""
+    learners, workers = config.get("learners"), config.get("workers")
+    per_learner, per_worker = config.get("ray.cpus_per_learner"), config.get("ray.cpus_per_worker")
+    cpus = config.get("ray.num_cpus") or os.cpu_count()
+    numbers = (learners, workers, per_learner, per_worker, cpus)
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0 for n in numbers) or learners < 2:
+        return None
+    if learners * per_learner + workers * per_worker <= cpus + 1e-9:
+        return None
+    counted = "ray.num_cpus" if config.get("ray.num_cpus") else "ray.num_cpus: null, this machine's cores"
+    return (f"learners: {learners} learners reserve {learners * per_learner:g} CPU (ray.cpus_per_learner {per_learner:g} "
+            f"each) and {workers} worker{'s' if workers > 1 else ''} {workers * per_worker:g} (ray.cpus_per_worker "
+            f"{per_worker:g}): more than the {cpus:g} CPU of the private Ray instance ({counted}), so the group would "
+            f"never start; use fewer learners, a smaller ray.cpus_per_learner, or a cluster (hardware=cluster "
+            f"ray.address=...)")
+
+
 class DistributedSampler(WorkerPoolSampler):
     uses_ray = True
     learner_groups = True
@@ -61,6 +80,8 @@ class DistributedSampler(WorkerPoolSampler):
         address = config.get("ray.address")
         if address and (problem := ray_address_problem(address)):  # no address: a private instance
             problems.append(f"ray.address: {problem}")
+        if not address and (problem := learner_room_problem(config)):
+            problems.append(problem)
         return problems
 
     def __init__(

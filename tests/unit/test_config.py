@@ -103,6 +103,14 @@ def test_minibatch_larger_than_batch_is_refused(make_cfg):
     (["learners=2", "algo=a3c", "parallel=distributed"], "learners: a3c does not learn in one place .* learners=2 is for .*ppo"),
     (["learners=3", "parallel=distributed", "workers=1", "envs_per_worker=2"], "learners: 3 learners need at least one environment column each; there are 2"),
     (["learners=2", "parallel=distributed", "learner_group.timeout_s=0"], r"learner_group.timeout_s: 0 is out of range"),
+    (["learners=2", "algo=mappo", "env=pettingzoo", "env.id=mpe2.simple_spread_v3", "parallel=distributed"],
+     r"learners: mappo learns each policy with a PPO learner of its own \(env.policies\), and a learner group splits "
+     r"the update of one learner"),
+    (["learners=2", "algo=sac", "env=pendulum", "parallel=distributed"], r"learners: sac does not split its update into "
+                                                                         r"learning_inputs \(rank 0\) and learn"),
+    (["learners=8", "parallel=distributed", "ray.num_cpus=2", "workers=2"],
+     r"learners: 8 learners reserve 4 CPU \(ray.cpus_per_learner 0.5 each\) and 2 workers 0.2 \(ray.cpus_per_worker "
+     r"0.1\): more than the 2 CPU of the private Ray instance \(ray.num_cpus\), so the group would never start"),
 ])
 def test_learners_need_a_data_parallel_algorithm_on_ray_and_a_column_each(make_cfg, overrides, problem):
     with pytest.raises(ConfigError, match=problem):
@@ -153,6 +161,8 @@ def test_advice_to_add_a_key_is_given_where_following_it_is_accepted(make_cfg):
 
 def test_two_learners_of_ppo_on_ray_are_accepted(make_cfg):
     validate_config(make_cfg("learners=2", "parallel=distributed"), check_env=False)
+    validate_config(make_cfg("learners=4", "parallel=distributed", "ray.num_cpus=2", "ray.cpus_per_learner=0.45",
+                             "workers=2"), check_env=False)  # 1.8 + 0.2 CPU: the private instance's 2 exactly
 
 
 @pytest.mark.slow
