@@ -40,32 +40,39 @@ def set_instance_dict(obj, state: dict) -> None:
     obj.__dict__.update(state)
 
 
-def pickles(value) -> bool:
-    try:
-        EnvStatePickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(value)
-    except Exception:  # whatever a foreign object's reduction raises
-        return False
-    return True
-
-
 class EnvStatePickler(pickle.Pickler):
-    """A pickler that saves EzPickle objects by their attributes, not only their constructor's arguments."""
+    """A pickler that saves EzPickle objects by their attributes, not only their constructor's
+    arguments. `testing`: ids of EzPickle objects whose attributes an outer pickler is trying
+    (an attribute that leads back to one of them is a cycle, which the real pickle memoises)."""
+
+    def __init__(self, file, *, testing: frozenset = frozenset()):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.testing = testing
 
     def reducer_override(self, obj):
         if not (isinstance(obj, EzPickle) and type(obj).__getstate__ is EzPickle.__getstate__
-                and isinstance(getattr(obj, "__dict__", None), dict)):
+                and isinstance(getattr(obj, "__dict__", None), dict)) or id(obj) in self.testing:
             return NotImplemented
-        attributes = {name: value for name, value in obj.__dict__.items() if pickles(value)}
+        testing = self.testing | {id(obj)}
+        attributes = {name: value for name, value in obj.__dict__.items() if pickles(value, testing)}
         if len(attributes) == len(obj.__dict__):
             return new_instance, (type(obj),), attributes, None, None, set_instance_dict
         rebuild_args = (type(obj), obj._ezpickle_args, obj._ezpickle_kwargs)
         return rebuilt_instance, rebuild_args, attributes, None, None, set_instance_dict
 
 
+def pickles(value, testing: frozenset = frozenset()) -> bool:
+    try:
+        EnvStatePickler(io.BytesIO(), testing=testing).dump(value)
+    except Exception:  # whatever a foreign object's reduction raises
+        return False
+    return True
+
+
 def dumps_env_state(obj) -> bytes:
     """The pickle of `obj` (an environment, a vector env, a worker's environments) with its state."""
     buffer = io.BytesIO()
-    EnvStatePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    EnvStatePickler(buffer).dump(obj)
     return buffer.getvalue()
 
 

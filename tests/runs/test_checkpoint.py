@@ -1,6 +1,7 @@
 """save() / restore() / evaluate() through the Trainer API, and resume through the CLI path."""
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -179,3 +180,20 @@ def test_environments_that_stop_pickling_while_training_checkpoint_without_their
     warned = warnings_about(caplog, "cannot be saved in checkpoints")
     assert len(warned) == 1 and "pickling it failed (TypeError: cannot pickle '_thread.lock' object)" in warned[0]
     assert load_checkpoint(run_dir / "checkpoints" / "checkpoint_00000008.pt")["sampler"]["worker"] == {}
+
+
+def test_an_ezpickle_environment_keeps_its_state_through_a_checkpoint_pickle():
+    """EzPickle alone would unpickle a new, unreset environment. Its attributes travel instead,
+    cycles included; one that cannot be pickled (a lock) comes from its constructor anew."""
+    from rlpar.envs.state_pickle import dumps_env_state, state_pickle_problem
+    from tests.unpicklable_envs import Odometer
+
+    env = Odometer(start=5)
+    env.reset(seed=3)
+    for _ in range(4):
+        env.step(1)
+    copy = pickle.loads(dumps_env_state(env))
+    assert copy.dial.count == 9 and copy.dial.owner is copy and copy.lock is not env.lock
+    np.testing.assert_array_equal(copy.state, env.state)
+    np.testing.assert_equal(copy.step(0)[:2], env.step(0)[:2])
+    assert state_pickle_problem(env, lambda e: e.step(1)[:2]) is None
