@@ -83,12 +83,7 @@ def train(argv: list[str]) -> None:
     path). The caller has called interrupts.exit_at_once_on_signals() before its imports. Ends by
     returning (exit 0), raising SystemExit, or leaving at once with os._exit (see
     `_leave_past_background_torch`)."""
-    from rlpar.envs.factory import LAUNCH_DIR_VARIABLE, add_import_dir
-
-    # `env.entry_point=my_env:MyEnv` is found in this directory, also by workers and Tune trials,
-    # and so is a `_target_` of the user's own (`algo=theirs` naming `my_algo.MyAlgo`)
-    os.environ.setdefault(LAUNCH_DIR_VARIABLE, os.getcwd())
-    add_import_dir(os.environ[LAUNCH_DIR_VARIABLE])
+    _import_from_launch_dir()
     sys.argv = [sys.argv[0], *_hydra_argv(argv)]  # Hydra reads its overrides and flags (-m, --cfg) there
     exit_code = 0
     try:
@@ -106,6 +101,15 @@ def train(argv: list[str]) -> None:
     finally:
         interrupts.ignore_signals()
         _leave_past_background_torch(exit_code)
+
+
+def _import_from_launch_dir() -> None:
+    """`env.entry_point=my_env:MyEnv` is found in the directory the command started in, also by
+    workers and Tune trials, and so is a `_target_` of the user's own (`algo=theirs` naming `my_algo.MyAlgo`)."""
+    from rlpar.envs.factory import LAUNCH_DIR_VARIABLE, add_import_dir
+
+    os.environ.setdefault(LAUNCH_DIR_VARIABLE, os.getcwd())
+    add_import_dir(os.environ[LAUNCH_DIR_VARIABLE])
 
 
 _preset_chosen_by_user = False  # `preset=...` on the command line: no job's preset is chosen for it
@@ -315,6 +319,7 @@ def show_config(argv: list[str]) -> None:
     interpolations, as `python main.py ... --cfg job`)."""
     unresolved = UNRESOLVED in argv
     argv = [arg for arg in argv if arg != UNRESOLVED]
+    _import_from_launch_dir()  # a user's own algorithm or environment, as training finds it
     _refuse_if_invalid(argv)
     train([*argv, "--cfg", "job", *([] if unresolved or "--resolve" in argv else ["--resolve"])])
 

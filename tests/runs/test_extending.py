@@ -189,6 +189,19 @@ def test_rlpar_train_takes_the_users_algorithm_too(user_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_rlpar_config_validates_the_users_algorithm_where_training_finds_it(user_dir, tmp_path):
+    """`rlpar config` validates before it prints: the user's module is found as `rlpar train` finds it."""
+    script = tmp_path / "bin" / "rlpar"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom rlpar.cli import main\nsys.exit(main())\n")
+    command = [sys.executable, str(script), "config", f"hydra.searchpath=[file://{user_dir / 'conf'}]", "algo=reinforce"]
+    proc = subprocess.run(command, cwd=user_dir, env={**user_env(), "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "_target_: reinforce.Reinforce" in proc.stdout
+
+
+@pytest.mark.slow
 def test_reinforce_learns_cartpole(user_dir):
     proc = train(user_dir, "total_steps=20000", "seed=0", "run_dir=run")  # 13 iterations of 1,600 steps
     assert proc.returncode == 0, proc.stderr[-3000:]
