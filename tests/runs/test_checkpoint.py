@@ -126,8 +126,8 @@ def test_a_time_limit_ends_the_run_finished_before_its_steps(make_cfg, tmp_path)
     run_dir = tmp_path / "timed"
     final = run(make_cfg("total_steps=100000000", "time_limit_s=1.5", "algo.compile=false", run_dir=run_dir))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    # stopped after the first iteration that ended past the limit (the row's clock is read just before the check)
-    assert rows[-2]["wall_time_s"] < 1.5 and rows[-1]["wall_time_s"] > 1.2 and rows[-1] == final
+    # stopped at the last iteration that ends within the limit: the next, as long as the last, would not
+    assert rows[-1]["wall_time_s"] < 1.5 and rows[-1]["wall_time_s"] > 1.2 and rows[-1] == final
     assert final["env_steps"] < 100000000 and [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))[-1] == f"checkpoint_{len(rows):08d}.pt"
 
