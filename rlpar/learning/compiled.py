@@ -121,8 +121,18 @@ class CompileSwitch:
             return warm.ready(args, kwargs)
         if self.reached is None:
             steps = optimizer_steps(self.optimizer)
-            self.reached = steps if steps >= self.at else None
-        return warm.ready(args, kwargs, wait=self.reached is not None, step=self.reached or 0) and self.reached is not None
+            if steps < self.at:
+                warm.ready(args, kwargs)  # its warm-up goes on meanwhile
+                return False
+            self.reached = steps
+        if not warm.in_use:
+            since = time.monotonic()
+            if not warm.ready(args, kwargs, wait=True, step=self.reached):
+                return False  # its compile failed: eager for the rest of the run
+            warm.in_use = True
+            log.info("the learner's step is compiled from gradient step %d (waited %.1f s for its compile)",
+                     self.reached, time.monotonic() - since, extra=FILE_ONLY)
+        return True
 
 
 class WarmCompile:
@@ -143,6 +153,7 @@ class WarmCompile:
         self.fn = fn
         self.device = torch.device(device)
         self.in_process = False
+        self.in_use = False  # taken by a CompileSwitch
         self.state = "new"  # new -> warming -> ready, or failed (eager for the rest of the run)
         self.child: _WarmChild | None = None
 
@@ -154,9 +165,8 @@ class WarmCompile:
         `args` and `kwargs` (those of the call the caller then makes eagerly). `wait`: the
         caller's switch (at gradient step `step`) has come: wait for the warm-up to end, starting
         it first if another function's child held it back."""
-        since = time.monotonic()
         if self.state == "warming":
-            self._poll(wait=wait, step=step, since=since)
+            self._poll(wait=wait, step=step)
         elif self.state == "new":
             if self.in_process or self.device.type != "cpu":
                 self.state = "ready"
@@ -168,7 +178,7 @@ class WarmCompile:
                 self.child = _WarmChild.start(self.fn, args, kwargs or {})
                 self.state = "warming"
                 if wait:
-                    self._poll(wait=True, step=step, since=since)
+                    self._poll(wait=True, step=step)
         return self.state == "ready"
 
     @classmethod
@@ -178,7 +188,7 @@ class WarmCompile:
             print(f"rlpar: waiting for the learner's compile at gradient step {step:,} (algo.compile_switch); a cold "
                   f"compile cache fills once per machine and shape", flush=True)
 
-    def _poll(self, *, wait: bool, step: int, since: float) -> None:
+    def _poll(self, *, wait: bool, step: int) -> None:
         outcome = self.child.outcome()
         if outcome is None and wait:
             self.say_waiting(step)
@@ -188,9 +198,6 @@ class WarmCompile:
         self.child = None
         if outcome == "":
             self.state = "ready"
-            if wait:
-                log.info("the learner's step is compiled from gradient step %d (waited %.1f s for its compile)",
-                         step, time.monotonic() - since, extra=FILE_ONLY)
         else:
             self.state = "failed"
             print(f"rlpar: the compile failed in its warm-up process ({first_line(outcome)}); the learner stays "

@@ -104,3 +104,44 @@ def test_a_run_shorter_than_its_compile_exits_cleanly(tmp_path):
     assert (tmp_path / "checkpoints").is_dir() and list((tmp_path / "checkpoints").glob("checkpoint_*.pt"))
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if any(str(tmp_path) in arg for arg in p.info["cmdline"] or ())]
     assert left == []
+
+
+WALL_CLOCK = {"wall_time_s", "fps", "learner_wait_fraction", "actor_idle_fraction"}  # and every time_* field
+
+
+def rows_without_wall_clock(run_dir) -> list[dict]:
+    import json
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK and not k.startswith("time_")} for row in rows]
+
+
+@pytest.mark.slow
+def test_two_runs_of_one_seed_with_compile_on_are_the_same_cold_cache_then_warm(tmp_path):
+    """The compiled step's floats differ from the eager one's in the last bits, so the switch
+    comes at a gradient step fixed in advance, not when the compile happens to end: the first run
+    (cold cache) waits there for its compile, the second (warm) finds it done, and their rows are
+    the same. Minibatches of 128: one compiled graph (three steps an epoch, one by one); 6 gradient
+    steps an iteration, so the switch at step 12 comes with iteration 3 of 4."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cache = tmp_path / "inductor"
+    cache.mkdir()
+    runs, logs = {}, {}
+    for name in ("cold", "warm"):
+        run_dir = tmp_path / name
+        proc = subprocess.run(
+            [sys.executable, "main.py", "seed=3", "algo.compile=true", "algo.compile_switch=12", "algo.minibatch_size=128",
+             "total_steps=2048", "progress=false", "checkpoint.every=0", f"run_dir={run_dir}"],
+            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=600,
+            env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)},
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[name], logs[name] = rows_without_wall_clock(run_dir), (run_dir / "main.log").read_text()
+    assert [row["gradient_steps"] for row in runs["cold"]] == [6, 6, 6, 6]
+    assert runs["cold"] == runs["warm"]
+    for name, log in logs.items():  # both crossed the switch, there
+        assert "the learner's step is compiled from gradient step 12 " in log, name

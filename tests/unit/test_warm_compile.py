@@ -102,3 +102,27 @@ def test_a_child_that_does_not_finish_in_time_is_stopped_and_the_caller_stays_ea
     pid = warm.child.pid
     assert warm.ready((torch.ones(4),)) is False and warm.state == "failed" and gone(pid) and not _WarmChild.running
     assert "no compile within 0 s" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_failed_compile_says_one_line_and_keeps_the_compilers_output_in_main_log(tmp_path, monkeypatch, capfd):
+    """A C++ compiler that fails (here one that prints 16 lines of errors): the console gets one
+    line, the run's main.log the whole message, and the caller stays eager."""
+    import torch._inductor.config
+
+    from rlpar.logging.run_log import RunLog
+
+    compiler = tmp_path / "failing-g++"
+    compiler.write_text('#!/bin/sh\ncase " $* " in *" -o "*) for i in $(seq 16); do echo "kernel.cpp:$i:1: error: '
+                        'line $i" >&2; done; exit 1;; esac\nexec g++ "$@"\n')
+    compiler.chmod(0o755)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    warm = WarmCompile(torch_compile(lambda x: (x * 7).sin() + 0.25), device=torch.device("cpu"))
+    with torch._inductor.config.patch({"cpp.cxx": (None, str(compiler))}), RunLog(tmp_path):
+        assert warm.ready((torch.ones(5),), wait=True) is False and warm.state == "failed"
+    out, err = capfd.readouterr()
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "rlpar: the compile failed in its warm-up process (InductorError: CppCompileError: C++ compile error); the "
+        "learner stays eager (the compiler's message is in main.log)"]
+    assert "error: line" not in out
+    assert "kernel.cpp:16:1: error: line 16" in (tmp_path / "main.log").read_text()
