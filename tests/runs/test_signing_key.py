@@ -117,6 +117,10 @@ def test_a_checkpoint_forged_under_an_empty_key_never_runs(key_file, tmp_path):
     torch.save(with_checksums({k: v for k, v in state.items() if k not in ("format", "checksums")}), newest)
     resumed = subprocess.run([sys.executable, "main.py", f"resume={run_dir}", f"total_steps={3 * STEPS_PER_ITERATION}",
                               "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert resumed.returncode == 2 and "there is no key" in resumed.stderr and "resume_trust=true" in resumed.stderr
+    resumed = subprocess.run([sys.executable, "main.py", f"resume={run_dir}", f"total_steps={3 * STEPS_PER_ITERATION}",
+                              "resume_trust=true",  # the config vouched for: the checkpoint's own check is reached
+                              "progress=false"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert not marker.exists()
     assert resumed.returncode == 2 and "there is no key" in resumed.stderr and "resume_envs=false" in resumed.stderr
 
