@@ -40,9 +40,10 @@ def run(cfg):
     return _run(cfg)
 
 
-def evaluate(run_dir, *, episodes: int = 10, video_episodes: int = 1, seed=None) -> dict:
+def evaluate(run_dir, *, episodes: int = 10, video_episodes: int = 1, seed=None, trust: bool = False) -> dict:
     """`rlpar evaluate RUN_DIR` from Python: the newest checkpoint's deterministic policy, with
-    videos of its first `video_episodes` episodes (see `rlpar.runtime.evaluate_run`)."""
+    videos of its first `video_episodes` episodes (see `rlpar.runtime.evaluate_run`; `trust`:
+    `--trust`)."""
     from rlpar.runtime.evaluate_run import evaluate_run
 
-    return evaluate_run(run_dir, episodes=episodes, video_episodes=video_episodes, seed=seed)
+    return evaluate_run(run_dir, episodes=episodes, video_episodes=video_episodes, seed=seed, trust=trust)
