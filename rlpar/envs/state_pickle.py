@@ -20,7 +20,6 @@ import io
 import pickle
 
 import numpy as np
-from gymnasium.utils.ezpickle import EzPickle
 
 from rlpar.errors import first_line
 
@@ -40,6 +39,14 @@ def set_instance_dict(obj, state: dict) -> None:
     obj.__dict__.update(state)
 
 
+def pickled_by_constructor(obj) -> bool:
+    """Whether `obj` pickles as EzPickle does, only its constructor's arguments (Gymnasium's
+    EzPickle, or the same class in old `gym`), and has attributes to save instead."""
+    getstate = getattr(type(obj), "__getstate__", None)
+    return (getattr(getstate, "__qualname__", None) == "EzPickle.__getstate__" and hasattr(obj, "_ezpickle_args")
+            and isinstance(getattr(obj, "__dict__", None), dict))
+
+
 class EnvStatePickler(pickle.Pickler):
     """A pickler that saves EzPickle objects by their attributes, not only their constructor's
     arguments. `testing`: ids of EzPickle objects whose attributes an outer pickler is trying
@@ -50,8 +57,7 @@ class EnvStatePickler(pickle.Pickler):
         self.testing = testing
 
     def reducer_override(self, obj):
-        if not (isinstance(obj, EzPickle) and type(obj).__getstate__ is EzPickle.__getstate__
-                and isinstance(getattr(obj, "__dict__", None), dict)) or id(obj) in self.testing:
+        if not pickled_by_constructor(obj) or id(obj) in self.testing:
             return NotImplemented
         testing = self.testing | {id(obj)}
         attributes = {name: value for name, value in obj.__dict__.items() if pickles(value, testing)}
