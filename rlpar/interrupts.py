@@ -75,6 +75,12 @@ def interrupted() -> bool:
     return _process["signalled"]
 
 
+def signals_stop_the_process() -> bool:
+    """Whether main.py's handlers are installed and a signal would end this process now (it is
+    not yet in a stop's clean-up, where signals are only noted)."""
+    return _process["mode"] is not None and not _process["stopping"]
+
+
 def _install(mode: str) -> None:
     """Signals this process was started with ignored stay ignored (a background job of a
     non-interactive shell ignores Ctrl-C: the shell's Ctrl-C is not meant for it)."""

@@ -8,8 +8,10 @@ started with `ray start`; rlpar then ships its own package to the workers (`py_m
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -17,12 +19,13 @@ from pathlib import Path
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
 from rlpar.cluster.errors import RayHeadLostError, RayInstanceLostError
 from rlpar.cluster.ray_messages import quiet_expected_warnings
-from rlpar.interrupts import HeldInterrupts, shielded
+from rlpar.interrupts import INTERRUPTED_EXIT_CODE, HeldInterrupts, shielded, signals_stop_the_process
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # rlpar/
 REPO_ROOT = PACKAGE_DIR.parent
 WAIT_SLICE_S = 0.25  # a wait on Ray looks this often whether the private instance is still whole
 VITAL_PROCESSES = ("gcs_server", "raylet")  # without either, a private instance cannot go on
+SIGNAL_GRACE_S = 1.0  # a signal during a private instance's start-up not raised in this long: stop from a thread
 HEAD_PROBE_INTERVAL_S = 0.5  # a joined cluster's head is asked this often whether it still answers
 HEAD_PROBE_TIMEOUT_S = 1.0
 HEAD_LOST_AFTER_S = 5.0  # a head that has not answered for this long is taken for lost
@@ -119,42 +122,80 @@ def _stop_error_listener(ray) -> None:
 
 
 def _ray_init(ray, *, private: bool, **kwargs) -> None:
-    """ray.init, with Ctrl-C and SIGTERM held until it returns, then handled as before it.
+    """ray.init, leaving nothing behind when it fails or is interrupted.
 
-    - Interrupted inside ray.init, the processes Ray has started so far are known to nobody:
-      raylet and GCS die with the driver, but the raylet's agents (ray::DashboardAgent,
-      ray::RuntimeEnvAgent) were left running for good. Held, the interrupt comes once Ray is
-      up (and, for a private instance, its processes are noted): it is shut down, then
-      KeyboardInterrupt raised.
-    - Starting a private instance, a second signal stops at once: ray.init takes seconds,
-      more on a loaded machine. What it had started is frozen and killed.
+    - Starting a private instance, a failure inside ray.init (a raylet that never registers:
+      Ray gives up after 30 s) or a Ctrl-C or SIGTERM (which stops it at once) freezes and kills
+      every process ray.init had started: raylet and GCS die with the driver, but the raylet's
+      agents (ray::DashboardAgent, ray::RuntimeEnvAgent) were left running for good.
+    - Joining a cluster starts no process here: Ctrl-C and SIGTERM are held until ray.init
+      returns; it then disconnects and raises KeyboardInterrupt.
     - Where Python code handles SIGTERM (main.py's handler), it keeps doing so: see
       `_python_keeps_sigterm`. A default SIGTERM is left to Ray's handler, which cleans up."""
     quiet_expected_warnings(ray)
-    earlier = _descendants() if private else set()
-    interrupts = HeldInterrupts(
-        "\nrlpar: stopping once Ray has started (a few seconds; interrupt again to stop at once)"
-        if private else "\nrlpar: stopping once connected to Ray",
-        second_stops_at_once=private,
-    )
-    try:
+    if not private:
+        interrupts = HeldInterrupts("\nrlpar: stopping once connected to Ray")
         with interrupts:
             with _python_keeps_sigterm(ray):
                 ray.init(**kwargs)
-            if private:
-                _state["private_instance"] = PrivateInstance(ray)
-    except KeyboardInterrupt:
-        if interrupts.forced:
-            _state["private_instance"] = None
-            with shielded():
-                _kill_started_since(earlier)
-        raise
-    if interrupts.requested:
-        if private:
-            stop_private_instance()
-        else:
+        if interrupts.requested:
             ray.shutdown()
-        raise KeyboardInterrupt
+            raise KeyboardInterrupt
+        return
+    earlier = _descendants()
+    try:
+        with _python_keeps_sigterm(ray), _signals_seen_at_once(earlier):
+            ray.init(**kwargs)
+        _state["private_instance"] = PrivateInstance(ray)
+    except BaseException:
+        _state["private_instance"] = None
+        with shielded():
+            _kill_started_since(earlier)
+            if ray.is_initialized():
+                with _no_task_event_flush():
+                    ray.shutdown()
+        raise
+
+
+@contextmanager
+def _signals_seen_at_once(earlier: set):
+    """Under main.py, while ray.init starts a private instance: a Ctrl-C or SIGTERM reaches
+    Python's handler only between two calls into Ray, and one of them waits up to 30 s for a
+    raylet that does not register (Ray's own limit, which killing the raylet does not cut short).
+    The signal's byte on Python's wakeup fd is seen at once by a thread; if the handler has not
+    stopped ray.init within SIGNAL_GRACE_S, that thread kills what ray.init started and ends
+    the process, exit 130 (the run has written nothing yet; the kernel drops its directory's lock)."""
+    if not signals_stop_the_process() or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wakeup_read, wakeup_write = os.pipe()
+    stop_read, stop_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    wanted = {int(sig) for sig in (signal.SIGINT, signal.SIGTERM) if callable(signal.getsignal(sig))}
+    done = threading.Event()
+
+    def watch():
+        while stop_read not in select.select([wakeup_read, stop_read], [], [])[0]:
+            if not wanted & set(os.read(wakeup_read, 64)):
+                continue
+            if done.wait(SIGNAL_GRACE_S) or not signals_stop_the_process():
+                return
+            _kill_started_since(earlier)
+            os.write(2, b"\nrlpar: interrupted during Ray's start-up\n")
+            os._exit(INTERRUPTED_EXIT_CODE)
+
+    previous = signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=watch, daemon=True, name="rlpar-ray-start-signals")
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(previous)
+        os.write(stop_write, b"x")
+        watcher.join()
+        for fd in (wakeup_read, wakeup_write, stop_read, stop_write):
+            os.close(fd)
 
 
 def _descendants() -> set[tuple[int, float]]:
