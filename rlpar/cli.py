@@ -2,7 +2,7 @@
 
     rlpar train [group=option ...] [key=value ...]   # exactly `python main.py ...` (Hydra)
     rlpar config [group=option ...] [key=value ...]  # the config that would run, validated and resolved (--unresolved)
-    rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S] [--trust]
+    rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S] [--stochastic] [--trust]
     rlpar report DIR [--out DIR] [--threshold ENV=VALUE] [--benchmark]
 
 Only the standard library and rlpar.interrupts are imported before a command starts: a
@@ -391,6 +391,9 @@ def evaluate(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=None, metavar="S",
                         help="seed of the first episode, S+i of episode i (default: the run's seed + 10000, as "
                              "training's own final evaluation)")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample actions from the policy (its distribution; a Q-network: epsilon-greedy at "
+                             "epsilon 0.05) instead of taking the greedy ones; the evaluations.jsonl row says which")
     parser.add_argument("--trust", action="store_true",
                         help="import the code that RUN_DIR's config.yaml names (environment, network) even where this "
                              "user's key did not sign it: a run from elsewhere, or a config.yaml edited to name other code")
@@ -402,6 +405,7 @@ def evaluate(argv: list[str]) -> int:
     interrupts.stop_on_signals()
     try:
         result = evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, trust=args.trust,
+                              stochastic=args.stochastic,
                               video_episodes=min(args.video_episodes, args.episodes) if args.video else 0)
     except EvaluateError as err:
         print(f"rlpar: evaluate: {err}", file=sys.stderr)

@@ -18,7 +18,7 @@ PLACEMENT_COPIES = {"parallel.ray_address": "ray.address", "parallel.ray_num_cpu
 # values, which tell the group's options apart, are the run's own. They change nothing.
 REPEATABLE_GROUPS = {"parallel": ("parallel.name",), "hardware": ("hardware.device",)}
 # Keys a user may change when resuming (e.g. to train longer); everything else comes from the run.
-RESUME_OVERRIDABLE = ("total_steps", "time_limit_s", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "resume_envs",
+RESUME_OVERRIDABLE = ("total_steps", "time_limit_s", "progress", "checkpoint.every", "checkpoint.keep", "eval_episodes", "eval_stochastic", "resume_envs",
                       "resume_trust",
                       # a run may resume with more or fewer learners (rank 0's state is the run's)
                       "learners", "learner_group.timeout_s", "learner_group.max_restarts", "ray.cpus_per_learner",

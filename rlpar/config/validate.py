@@ -185,6 +185,8 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
     _check_signing_key(c)
     _check_resume(c)
     c.choice("resume_envs", (True, False))
+    if c.get("eval_stochastic") is not None:  # absent from the config.yaml of a run from before it existed
+        c.choice("eval_stochastic", (True, False))
     if c.get("resume_trust") is not None:  # absent from the config.yaml of a run from before it existed
         c.choice("resume_trust", (True, False))
     c.number("checkpoint.every", integer=True, low=0)

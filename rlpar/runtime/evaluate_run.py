@@ -43,15 +43,15 @@ class EvaluateError(Exception):
 
 def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int = 1, seed: int | None = None,
                  tensorboard: bool = True, wandb: bool | None = None, max_steps: int = 100_000,
-                 trust: bool = False) -> dict:
+                 trust: bool = False, stochastic: bool = False) -> dict:
     """Evaluate the newest checkpoint of `run_dir` for `episodes` episodes, recording the first
     `video_episodes` of them; returns the metrics, per-episode returns, checkpoint and video paths,
     and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it. The code that
     config.yaml names is imported only where this user's key signed it (rlpar.runtime.run_dir),
-    or when `trust`."""
+    or when `trust`. `stochastic`: actions sampled as in training, not the greedy ones."""
     from rlpar.errors import first_line
     from rlpar.logging.tags import tag_for
-    from rlpar.runtime.evaluation import evaluate_policy
+    from rlpar.runtime.evaluation import evaluate_policy, policy_kind
     from rlpar.runtime.run_dir import unsigned_code
 
     run_dir = Path(run_dir)
@@ -84,7 +84,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     try:
         metrics = evaluate_policy(weights, policy_spec=policy_spec, env_spec=env_spec, num_episodes=episodes,
                                   seed=seed, max_steps=max_steps, render_mode="rgb_array" if record else None,
-                                  wrap_env=record, episodes=per_episode)
+                                  wrap_env=record, episodes=per_episode, stochastic=stochastic)
     except BaseException as err:
         if record:  # what was recorded before the failure, possibly a file cut off mid-write
             _remove_videos(video_dir, prefix)
@@ -102,7 +102,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
         notes.append(f"rlpar: evaluate: videos show an episode's first {MAX_VIDEO_FRAMES} frames at most")
 
     row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "evaluate", "checkpoint": checkpoint.name,
-           "iteration": iteration, "env_steps": env_steps, "seed": seed, **metrics, "returns": returns, "lengths": lengths,
+           "iteration": iteration, "env_steps": env_steps, "seed": seed, "policy": policy_kind(stochastic), **metrics, "returns": returns, "lengths": lengths,
            "videos": [str(v.relative_to(run_dir)) for v in videos]}
     _append_line(run_dir / EVALUATIONS_FILE, json.dumps(row))
     scalars = {tag_for(k): float(v) for k, v in metrics.items() if k != "eval_episodes"}
@@ -119,7 +119,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
 
     shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
     summary = (f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
-               f"{episodes} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
+               f"{episodes} {policy_kind(stochastic)} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
     return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary,
             "notes": notes}
 

@@ -1,4 +1,5 @@
-"""Deterministic-policy evaluation on fresh environments, away from the training envs."""
+"""Policy evaluation on fresh environments, away from the training envs: deterministic by
+default, or sampling actions as the policy does in training."""
 
 from __future__ import annotations
 
@@ -10,17 +11,23 @@ import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from rlpar.envs.factory import EnvSpec, make_env
-from rlpar.envs.spaces import ActionMapper, flatten_observation_fn
+from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn
 from rlpar.models.multi_agent import POLICY_PREFIX
 from rlpar.models.spec import PolicySpec
 
 EVAL_SEED_OFFSET = 10_000  # evaluation episode i runs on seed + 10_000 + i, away from training's seeds
+ACTION_NOISE_STREAM = 1  # a stochastic episode's action noise: its own stream beside the environment's seed
+EVAL_EPSILON = 0.05  # a Q-network's stochastic evaluation: ε-greedy at the ε Mnih et al. (2015) evaluated with
 
 
 def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec, num_episodes: int, seed: int,
                     max_steps: int = 100_000, render_mode: str | None = None,
-                    wrap_env: Callable[[gym.Env], gym.Env] | None = None, episodes: list | None = None) -> dict:
-    """Greedy actions (argmax or Gaussian mean); returns mean/std/min/max of episode returns. A
+                    wrap_env: Callable[[gym.Env], gym.Env] | None = None, episodes: list | None = None,
+                    stochastic: bool = False) -> dict:
+    """Greedy actions (argmax or Gaussian mean), or with `stochastic` actions drawn as the policy
+    draws them in training (its distribution; a Q-network's ε-greedy, at EVAL_EPSILON whether the
+    weights come from a checkpoint or from training, whose ε is a schedule's),
+    from noise seeded by the episode's seed; returns mean/std/min/max of episode returns. A
     recurrent policy starts each episode from a zero state and carries it from step to step.
 
     `render_mode` is passed to the environment (`rgb_array` for videos), `wrap_env` wraps it
@@ -40,18 +47,23 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
     batch = create_empty_array(space, 1)
     policy = policy_spec.acting_policy()
     policy.set_weights(weights)
+    if stochastic and hasattr(policy, "epsilon"):
+        policy.epsilon = np.full(1, EVAL_EPSILON)
     mapper = ActionMapper(policy_spec.action)
     agents = getattr(policy_spec, "agents_per_env", 0)  # a multi-agent env: its agents' rows, its team's reward
     returns = []
     try:
         for episode in range(num_episodes):
             obs, _ = env.reset(seed=seed + episode)
+            noise_rng = np.random.default_rng([seed + episode, ACTION_NOISE_STREAM]) if stochastic else None
             total, steps, done = 0.0, 0, False
             state = np.zeros((1, policy.state_size)) if policy.state_size else None  # a recurrent policy's memory
             while not done and steps < max_steps:
                 rows = flatten(concatenate(space, [obs], batch))
                 x = policy.normalize(rows.reshape(agents, -1) if agents else rows)
-                action, _, _ = policy.act(x, None, state)  # advances `state`
+                noise = None if noise_rng is None else draw_noise(noise_rng, policy_spec.action, len(x)).astype(
+                    getattr(policy, "dtype", np.float64) if policy_spec.action.discrete else np.float32, copy=False)
+                action, _, _ = policy.act(x, noise, state)  # advances `state`
                 obs, reward, terminated, truncated, _ = env.step(mapper.to_env(action) if agents else mapper.to_env(action)[0])
                 total += float(reward)
                 steps += 1
@@ -69,6 +81,11 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
         "eval_return_max": float(arr.max()),
         "eval_episodes": num_episodes,
     }
+
+
+def policy_kind(stochastic: bool) -> str:
+    """What an evaluations.jsonl row says of the actions it took."""
+    return "stochastic" if stochastic else "deterministic"
 
 
 def checkpoint_policy_weights(algorithm_state: dict) -> dict:

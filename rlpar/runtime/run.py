@@ -102,7 +102,8 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
                       f"(continue with resume={run_dir})", flush=True)
             raise
         if cfg.get("eval_episodes", 0):
-            final = {**final, **final_evaluation(trainer, run_dir, int(cfg.eval_episodes))}
+            final = {**final, **final_evaluation(trainer, run_dir, int(cfg.eval_episodes),
+                                                 stochastic=bool(cfg.get("eval_stochastic", False)))}
         if trainer.logger is not None:
             trainer.logger.log_hparams(_flat_hparams(resolved_config(cfg)), final)
         if trainer.progress is not None:
@@ -134,20 +135,20 @@ def _layout_advice(cfg: DictConfig, env_spec) -> str | None:
         return None
 
 
-def final_evaluation(trainer, run_dir: Path, episodes: int) -> dict:
-    """`eval_episodes` of the trained policy, deterministic, on fresh environments seeded `seed +
-    10000 + i` (as `rlpar evaluate`'s default); the returns and lengths are appended to
+def final_evaluation(trainer, run_dir: Path, episodes: int, *, stochastic: bool = False) -> dict:
+    """`eval_episodes` of the trained policy, deterministic (or sampling: `eval_stochastic`), on
+    fresh environments seeded `seed + 10000 + i` (as `rlpar evaluate`'s default); the returns and lengths are appended to
     `evaluations.jsonl` as a row with `source: training`, which `rlpar report` reads for a
     benchmark's figures. A row that cannot be written is said in one line; the run has finished."""
     import time
 
     from rlpar.runtime.evaluate_run import EVALUATIONS_FILE
-    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET
+    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, policy_kind
 
     per_episode: list = []
-    metrics = trainer.evaluate(episodes, episodes=per_episode)
+    metrics = trainer.evaluate(episodes, episodes=per_episode, stochastic=stochastic)
     row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "training", "iteration": trainer.iteration,
-           "env_steps": trainer.env_steps, "seed": trainer.seed + EVAL_SEED_OFFSET, **metrics,
+           "env_steps": trainer.env_steps, "seed": trainer.seed + EVAL_SEED_OFFSET, "policy": policy_kind(stochastic), **metrics,
            "returns": [float(r) for r, _ in per_episode], "lengths": [int(n) for _, n in per_episode]}
     try:
         with open(run_dir / EVALUATIONS_FILE, "a") as handle:

@@ -194,13 +194,14 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
 
     # -- evaluation -------------------------------------------------------------------------
-    def evaluate(self, num_episodes: int = 10, *, episodes: list | None = None) -> dict:
-        """The deterministic policy on `num_episodes` fresh episodes, episode i seeded
-        `seed + EVAL_SEED_OFFSET + i`; `episodes`, when given, receives each one's (return, length)."""
+    def evaluate(self, num_episodes: int = 10, *, episodes: list | None = None, stochastic: bool = False) -> dict:
+        """The deterministic (or `stochastic`) policy on `num_episodes` fresh episodes, episode i
+        seeded `seed + EVAL_SEED_OFFSET + i`; `episodes`, when given, receives each one's (return, length)."""
         return evaluate_policy(
             self.algorithm.policy_weights(),
             policy_spec=self.algorithm.policy_spec,
-            env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + EVAL_SEED_OFFSET, episodes=episodes
+            env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + EVAL_SEED_OFFSET, episodes=episodes,
+            stochastic=stochastic,
         )
 
     def close(self) -> None:

@@ -355,3 +355,34 @@ def test_values_of_a_run_directory_that_cannot_be_used_are_its_problem_exit_2(tr
         (copy / "config.yaml").write_text(yaml.safe_dump(config))
         line = one_line_refusal(evaluate(copy, "--no-video", cwd=tmp_path), 2)
         assert "its config.yaml or checkpoint_00000004.pt holds what cannot be used" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides", [[], ["algo=dqn"], ["env=pendulum"]], ids=["categorical", "epsilon-greedy", "gaussian"])
+def test_stochastic_evaluation_samples_actions_reproducibly_and_says_so(tmp_path, overrides):
+    """eval_stochastic at the end of training and `evaluate_run(stochastic=True)` sample actions
+    from noise seeded by each episode's seed: the same returns twice, unlike the greedy ones, and
+    the rows say which policy played."""
+    from rlpar.config.compose import compose_config
+    from rlpar.runtime.evaluate_run import evaluate_run
+
+    run_dir = tmp_path / "run"
+    final = run(compose_config(["progress=false", f"total_steps={STEPS_PER_ITERATION}", "eval_episodes=5",
+                                "eval_stochastic=true", *overrides], run_dir=run_dir))
+    sampled = evaluate_run(run_dir, episodes=5, video_episodes=0, tensorboard=False, stochastic=True)
+    greedy = evaluate_run(run_dir, episodes=5, video_episodes=0, tensorboard=False)
+    assert sampled["eval_return_mean"] == pytest.approx(final["eval_return_mean"])
+    rows = [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
+    assert [row["policy"] for row in rows] == ["stochastic", "stochastic", "deterministic"]
+    assert rows[0]["returns"] == rows[1]["returns"] != rows[2]["returns"]
+
+
+@pytest.mark.slow
+def test_rlpar_evaluate_stochastic_cli(trained, tmp_path):
+    """The bar: `rlpar evaluate RUN_DIR --stochastic --episodes 5` exits 0 and its row says stochastic."""
+    run_dir, _ = trained
+    proc = evaluate(run_dir, "--stochastic", "--episodes", 5, "--no-video", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "5 stochastic episodes" in proc.stdout
+    row = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
+    assert row["policy"] == "stochastic" and len(row["returns"]) == 5
