@@ -33,7 +33,7 @@ def preset_path(algo_name, env_id) -> Path | None:
     shared preset `<algo>/<namespace>.yaml` (`ALE.yaml`: every Atari game)."""
     if not env_id or not algo_name:
         return None
-    env_id = str(env_id)
+    env_id = str(env_id).rpartition(":")[2]  # Gymnasium's `module:Env-v0` trains Env-v0
     candidates = [PRESET_DIR / str(algo_name) / f"{env_id}.yaml"]
     if "/" in env_id:
         candidates.append(PRESET_DIR / str(algo_name) / f"{env_id.split('/', 1)[0]}.yaml")

@@ -467,6 +467,16 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
         for key in ("id", "entry_point")
         if isinstance(env_cfg.get(key), str) and len(env_cfg[key]) > MAX_ID_CHARS
     ]
+    imports = env_cfg.get("imports")
+    if imports is not None and not (isinstance(imports, list) and all(isinstance(m, str) and m for m in imports)):
+        problems.append(f"env.imports: expected a list of module names such as [minigrid], got {shown(imports)}")
+    wrappers = env_cfg.get("wrappers")
+    if wrappers is not None and not isinstance(wrappers, list):
+        problems.append(f"env.wrappers: expected a list such as [minigrid.wrappers.ImgObsWrapper], got {shown(wrappers)}")
+    elif wrappers:
+        from rlpar.envs.wrapping import entry_shape_problem
+
+        problems += list(filter(None, (entry_shape_problem(i, entry) for i, entry in enumerate(wrappers))))
     kwargs = env_cfg.get("kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {shown(kwargs)}")

@@ -20,7 +20,9 @@ from rlpar.envs.atari import atari_problem, ensure_registered, is_ale_id, make_a
 from rlpar.envs.envpool_vector import envpool_problem, make_envpool_vector_env
 from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
 from rlpar.envs.recovering import RecoveringEnv
+from rlpar.envs.registration import UnknownEnvId, register_env_id, split_module_id
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
+from rlpar.envs.wrapping import apply_wrappers, wrapper_problems
 
 VECTORIZATION_MODES = ("auto", "native", "sync", "envpool")  # envpool: rlpar/envs/envpool_vector.py
 ENV_KINDS = ("gymnasium", "pettingzoo")  # env.kind: single-agent Gymnasium, or multi-agent PettingZoo
@@ -51,6 +53,12 @@ class EnvSpec:
     policies: Any = "auto"
     agent_id: bool = False
     global_state: str | None = None
+    # Modules imported before the environment is built, in every process that builds it: packages
+    # that register their ids on import (rlpar/envs/registration.py finds the usual ones itself).
+    imports: tuple[str, ...] = ()
+    # Gymnasium wrappers around each environment, innermost first: import paths, or mappings of a
+    # `_target_` and its keyword arguments (rlpar/envs/wrapping.py).
+    wrappers: tuple[Any, ...] = ()
 
 
 def resolve_env_spec(*, centralised_critic: bool = False, **env_cfg) -> EnvSpec:
@@ -66,7 +74,10 @@ def resolve_env_spec(*, centralised_critic: bool = False, **env_cfg) -> EnvSpec:
     if isinstance(spec.get("policies"), Mapping):
         spec["policies"] = {name: list(agents) if isinstance(agents, (list, tuple)) else agents
                             for name, agents in spec["policies"].items()}
-    if spec.get("entry_point") and not spec.get("import_dir"):
+    module, spec["id"] = split_module_id(spec["id"]) if isinstance(spec.get("id"), str) else (None, spec.get("id"))
+    spec["imports"] = tuple(spec.get("imports") or ()) + ((module,) if module else ())
+    spec["wrappers"] = tuple(dict(w) if isinstance(w, Mapping) else w for w in spec.get("wrappers") or ())
+    if (spec.get("entry_point") or spec["imports"] or spec["wrappers"]) and not spec.get("import_dir"):
         spec["import_dir"] = launch_dir()
     return EnvSpec(**spec)
 
@@ -130,6 +141,38 @@ def import_object(path: str, search_dir: str | None = None):
         raise ImportError(f"module '{module_name}' has no attribute '{attr}'") from err
 
 
+def prepare_env(spec: EnvSpec) -> None:
+    """Import `env.imports` and what registers `env.id` (rlpar/envs/registration.py), in the
+    process about to build the environment: ImportError or UnknownEnvId when that fails."""
+    if spec.imports:
+        add_import_dir(spec.import_dir)
+        for module in spec.imports:
+            importlib.import_module(module)
+    if spec.id and spec.kind == "gymnasium" and not spec.entry_point:
+        if problem := ensure_registered(spec.id):  # ale-py's ids, old and new (rlpar/envs/atari.py)
+            raise UnknownEnvId(problem)
+        register_env_id(spec.id)
+
+
+def env_imports_problem(spec: EnvSpec) -> str | None:
+    """One line when a module of `env.imports` cannot be imported, or the id is still unknown."""
+    from rlpar.errors import first_line
+
+    for module in spec.imports:  # env.imports, then the module of env.id=module:Env-v0
+        try:
+            add_import_dir(spec.import_dir)
+            importlib.import_module(module)
+        except Exception as err:  # a user's module may raise anything on import
+            return f"env.imports: cannot import '{module}' ({type(err).__name__}: {first_line(err)})"
+    try:
+        prepare_env(spec)
+    except UnknownEnvId as err:
+        return str(err)
+    except Exception as err:  # a package that registers ids failed on import
+        return f"env.id: importing what registers '{spec.id}' failed ({type(err).__name__}: {first_line(err)})"
+    return None
+
+
 # Gymnasium environments whose simulator is an optional package: (the entry point's module prefix,
 # the simulator, the module to import, requirements.txt's pin). Gymnasium's own hint (`pip install
 # "gymnasium[mujoco]"`, "swig" for Box2D) installs other versions than the ones rlpar is tested with.
@@ -160,7 +203,13 @@ def missing_simulator(env_id: str, entry_point) -> str | None:
 def check_env_exists(spec: EnvSpec) -> str | None:
     """Return a one-line problem description, or None when the environment can be built."""
     if spec.kind == "pettingzoo":
+        if spec.wrappers:
+            return "env.wrappers: Gymnasium wrappers are for single-agent environments; env=pettingzoo takes none"
         return None  # its module or function is imported by the probe, which names what fails
+    if problem := env_imports_problem(spec):
+        return problem
+    if problem := wrappers_problem(spec):
+        return problem
     if spec.entry_point and spec.vectorization == "envpool":
         return envpool_problem(spec, make_env)
     if spec.entry_point:
@@ -197,6 +246,22 @@ def make_env(spec: EnvSpec) -> gym.Env:
         from rlpar.envs.pettingzoo import TeamEnv
 
         return TeamEnv(multi_agent_vector_env(spec))
+    prepare_env(spec)
+    env = _make_unwrapped_env(spec)
+    return apply_wrappers(env, spec.wrappers, partial(import_object, search_dir=spec.import_dir)) if spec.wrappers else env
+
+
+def wrappers_problem(spec: EnvSpec) -> str | None:
+    """`env.wrappers` that cannot be imported or are no Gymnasium wrappers, one line each; a
+    vector env built whole (native, envpool) takes none."""
+    problems = wrapper_problems(spec.wrappers, partial(import_object, search_dir=spec.import_dir))
+    if spec.wrappers and spec.vectorization in ("native", "envpool"):
+        problems.append(f"env.vectorization: {spec.vectorization} vector envs are built whole, without env.wrappers; "
+                        f"use auto or sync")
+    return "; ".join(problems) or None
+
+
+def _make_unwrapped_env(spec: EnvSpec) -> gym.Env:
     if spec.entry_point:
         env_cls = import_object(spec.entry_point, spec.import_dir)
         env = env_cls(**spec.kwargs)
@@ -228,8 +293,9 @@ def _has_seeded_native(spec: EnvSpec) -> bool:
 
 
 def has_native_vector_env(spec: EnvSpec) -> bool:
-    if spec.kind == "pettingzoo":
+    if spec.kind == "pettingzoo" or spec.wrappers:
         return False
+    prepare_env(spec)
     if spec.entry_point or spec.api == "old_gym" or is_ale_id(spec.id):
         return False  # ale-py's AtariVectorEnv preprocesses differently from make_env
     return _has_seeded_native(spec) or gym.spec(spec.id).vector_entry_point is not None
@@ -254,6 +320,7 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     """
     if spec.kind == "pettingzoo":
         return multi_agent_vector_env(spec, num_envs)
+    prepare_env(spec)
     if vector_mode(spec) == "envpool":
         return make_envpool_vector_env(spec, num_envs)
     if vector_mode(spec) == "native":

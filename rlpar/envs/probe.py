@@ -13,6 +13,7 @@ from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import (ActionInfo, ObservationInfo, describe_action_space, describe_observation_space,
                                whitened_by_default)
 from rlpar.envs.state_pickle import state_pickle_problem
+from rlpar.envs.wrapping import unsupported_space_hint
 from rlpar.errors import first_line
 
 PROBE_STEPS = 5
@@ -61,7 +62,7 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
             observation = describe_observation_space(env.observation_space)
             action = describe_action_space(env.action_space)
         except TypeError as err:
-            return EnvProbe(spec, f"env: {err}")
+            return EnvProbe(spec, f"env: {err}{unsupported_space_hint(env)}")
         step_problem = _step_problem(env, name, steps) if steps else None
         if steps and step_problem is None:
             sampled = env.action_space.sample()

@@ -194,6 +194,11 @@ def _leaf_problem(space: gym.Space) -> str | None:
     return f"unsupported observation space {space}; rlpar handles {SUPPORTED_OBSERVATIONS}"
 
 
+def supported_observation_space(space: gym.Space) -> bool:
+    """Whether rlpar takes observations from `space` (no text, graphs or sequences inside)."""
+    return _leaf_problem(space) is None
+
+
 def flatten_observation_fn(space: gym.Space):
     """A function turning a batch of observations from `space` into rows (uint8 for images,
     float32 otherwise)."""

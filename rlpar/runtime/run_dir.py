@@ -22,7 +22,7 @@ from rlpar.signed_pickle import UntrustedPickleError, sign, verify
 
 CONFIG_FILE = "config.yaml"
 SIGNED_CONFIG_FILE = "config.signed.json"  # {"config": config.yaml's text, "hmac_sha256": its signature}
-CODE_KEYS = ("env.entry_point", "env.import_dir", "env.kind")  # besides every `_target_`
+CODE_KEYS = ("env.entry_point", "env.import_dir", "env.kind", "env.imports", "env.wrappers")  # besides every `_target_`
 
 
 def write_config(run_dir: Path, config: dict) -> None:
