@@ -16,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class ClusterProcess:
-    def __init__(self, nodes: int = 2, cpus_per_node: float = 1, timeout: float = 120, auth: str = "token"):
-        """`auth`: token (clients need Ray's auth token) or disabled (none, as older Rays' clusters)."""
-        env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT)}
+    def __init__(self, nodes: int = 2, cpus_per_node: float = 1, timeout: float = 120, auth: str = "token",
+                 env: dict | None = None):
+        """`auth`: token (clients need Ray's auth token) or disabled (none, as older Rays' clusters).
+        `env`: more environment variables for the cluster's processes (Ray's settings)."""
+        env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rlpar.cluster.local_cluster", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node),
              "--auth", auth],

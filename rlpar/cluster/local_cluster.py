@@ -53,25 +53,34 @@ def start_cluster(nodes: int, cpus_per_node: float, object_store_mb: int = 100, 
 
 
 def serve_commands(cluster, new_node_args: dict, lines, watch=None) -> None:
-    """Add and remove worker nodes on request, one command per line, until input ends."""
+    """Add and remove worker nodes on request, one command per line, until input ends. A
+    command that fails is answered `error=...`; the cluster stays up."""
     for line in lines:
         command = line.strip()
-        if command == "add":
-            node = cluster.add_node(**new_node_args)
-            cluster.wait_for_nodes()
-            if watch is not None:
-                watch.note()
-            print(f"added={node.node_id}", flush=True)
-        elif command == "remove":
-            workers = list(cluster.worker_nodes)
-            if not workers:
-                print("error=only the head node is left (the driver's node cannot be removed)", flush=True)
-                continue
-            node = workers[0]
-            cluster.remove_node(node)
-            print(f"removed={node.node_id}", flush=True)
-        elif command:
-            print(f"error=unknown command {command!r} (add | remove)", flush=True)
+        try:
+            answer = _serve(cluster, command, new_node_args, watch)
+        except Exception as err:  # one node's trouble must not take the cluster down
+            answer = f"error={type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        if answer:
+            print(answer, flush=True)
+
+
+def _serve(cluster, command: str, new_node_args: dict, watch) -> str | None:
+    if command == "add":
+        # add_node waits for this node to register. Not Cluster.wait_for_nodes: it counts the nodes
+        # added less those removed, so a node whose raylet died meanwhile made it time out.
+        node = cluster.add_node(**new_node_args)
+        if watch is not None:
+            watch.note()
+        return f"added={node.node_id}"
+    if command == "remove":
+        workers = list(cluster.worker_nodes)
+        if not workers:
+            return "error=only the head node is left (the driver's node cannot be removed)"
+        node = workers[0]
+        cluster.remove_node(node)
+        return f"removed={node.node_id}"
+    return f"error=unknown command {command!r} (add | remove)" if command else None
 
 
 def _interrupt(signum, frame):

@@ -306,3 +306,23 @@ def test_cli_run_on_a_cluster_whose_head_is_lost_stops_within_seconds_then_resum
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [row["iteration"] for row in after] == list(range(1, len(rows) + 3))
+
+
+def test_the_local_cluster_adds_a_node_after_one_lost_its_raylet():
+    """(`add` waited for every node ever added, less those removed, to be alive: a raylet lost
+    meanwhile made it time out, and the error took the whole cluster down.)"""
+    from tests.ray_helpers import ClusterProcess
+
+    # The GCS takes a node whose raylet stopped answering for dead within about a second.
+    cluster = ClusterProcess(nodes=2, env={"RAY_health_check_period_ms": "300", "RAY_health_check_failure_threshold": "2",
+                                           "RAY_health_check_timeout_ms": "300"})
+    try:
+        [raylet] = [pid for (pid, _), command in descendants_of(cluster.proc.pid).items()
+                    if command.split(" ")[0].endswith("/raylet") and "--head" not in command]
+        os.kill(raylet, signal.SIGKILL)
+        time.sleep(5)
+        added = cluster.command("add")
+        assert cluster.command("remove") != added  # the node that lost its raylet goes first
+        assert cluster.command("remove") == added and cluster.proc.poll() is None
+    finally:
+        cluster.stop()
