@@ -350,3 +350,20 @@ def test_grid_world_is_learned_through_the_cnn_on_ray_actors(cluster, make_cfg, 
     assert final["num_nodes"] == 2
     reached, best = first_reached(run_dir, GRID_THRESHOLD)
     assert reached is not None, f"best mean return {best:.2f}"
+
+
+def test_ray_actors_on_both_nodes_import_the_package_that_registers_the_id(cluster, make_cfg, tmp_path):
+    """Ray actors start with Gymnasium's own ids only: each imports minigrid (a known package that
+    registers its ids on import) itself, and puts env.wrappers around its environments."""
+    import minigrid  # noqa: F401 - the driver knows the ids, as after validation: the actors must not rely on it
+
+    from rlpar.runtime.build import build_trainer
+
+    trainer = build_trainer(make_cfg("env.id=MiniGrid-DoorKey-5x5-v0", "env.wrappers=[minigrid.wrappers.ImgObsWrapper]",
+                                     "parallel=distributed", "workers=2", "envs_per_worker=1", "algo.rollout_length=16",
+                                     "algo.minibatch_size=32", run_dir=tmp_path / "minigrid"))
+    try:
+        row = trainer.train()
+    finally:
+        trainer.close()
+    assert (row["env_steps"], row["num_nodes"]) == (32, 2)

@@ -151,3 +151,9 @@ def test_minigrid_without_a_wrapper_exits_2_in_one_line_naming_its_wrappers(tmp_
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(lines) == 1 and "env.wrappers=[minigrid.wrappers.ImgObsWrapper]" in lines[0], lines
     assert "minigrid.wrappers.FlatObsWrapper" in lines[0]
+
+
+def test_id_of_a_known_package_not_installed_says_what_to_install():
+    problem = check_env_exists(resolve_env_spec(id="FlappyBird-v0"))
+    assert problem == ("env.id: 'FlappyBird-v0' comes from the flappy-bird-gymnasium package, which is not installed "
+                       "(pip install flappy-bird-gymnasium)")
