@@ -137,6 +137,32 @@ def test_a_custom_env_module_outside_the_clone_reaches_every_node(cluster, tmp_p
     assert len(named) == 1 and "env.entry_point" in named[0] and "No module named 'no_such_env_module'" in named[0]
 
 
+def test_cli_run_on_a_cluster_says_a_killed_runner_in_one_line_with_rays_own_messages_in_main_log(cluster, tmp_path):
+    """(Ray's error messages, one per fault and some with tracebacks or raylet state dumps, came
+    on the console beside rlpar's own line.)"""
+    metrics = tmp_path / "metrics.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "main.py", *DISTRIBUTED, "hardware=cluster", f"ray.address={cluster.address}",
+         "total_steps=20000", "progress=false", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, env={**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 5, proc, 300, "5 iterations")
+        [runner, *_] = [pid for (pid, _), command in descendants_of(cluster.proc.pid).items()  # (the run's alone:
+                        if command.startswith("ray::EnvRunner")]                               # other tests close theirs)
+        os.kill(runner, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr[-3000:]
+    console = [line for line in (stdout + stderr).splitlines() if "died" in line or "Traceback" in line
+               or "(raylet)" in line]
+    assert len(console) == 1 and "replacing it" in console[0], console
+    assert "(raylet) A worker died" in (tmp_path / "main.log").read_text()
+
+
 def test_env_runners_that_can_never_start_stop_the_run_within_seconds(cluster, make_cfg, tmp_path):
     """(Runners cancelled by a cluster, or whose environment cannot be built: 100 replacements,
     each logged, before the run stopped.)"""

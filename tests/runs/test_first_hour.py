@@ -77,21 +77,27 @@ def test_an_offline_wandb_run_says_where_it_is_and_how_to_sync_it(tmp_path, caps
     assert Path(sync_dir).parent == tmp_path / "wandb" and Path(sync_dir).is_dir()
 
 
-def test_rays_worker_pool_warning_is_dropped_and_other_messages_kept(capsys):
+def test_rays_messages_go_to_main_log_only_less_the_worker_pool_warning(capsys, tmp_path):
+    """(During faults a run survived, Ray's messages filled the console with tracebacks and raylet
+    state dumps beside rlpar's own line.)"""
     import ray
 
     from rlpar.cluster.ray_messages import quiet_expected_warnings
+    from rlpar.logging.run_log import RunLog
 
     quiet_expected_warnings(ray)
     quiet_expected_warnings(ray)  # once only
     warning = ("WARNING: 16 PYTHON worker processes have been started on node: abc with address: 127.0.0.1, "
                "which is 8x the maximum expected startup concurrency (2).")
-    ray._private.worker.print_to_stdstream({"lines": [warning], "pid": "raylet", "is_err": False}, ignore_prefix=False)
-    ray._private.worker.print_to_stdstream({"lines": ["a worker died"], "pid": "raylet", "is_err": False},
-                                           ignore_prefix=False)
+    with RunLog(tmp_path):
+        ray._private.worker.print_to_stdstream({"lines": [warning], "pid": "raylet", "is_err": False},
+                                               ignore_prefix=False)
+        ray._private.worker.print_to_stdstream({"lines": ["a worker died"], "pid": "raylet", "is_err": False},
+                                               ignore_prefix=False)
     out = capsys.readouterr()
-    assert "worker processes have been started" not in out.out + out.err
-    assert "a worker died" in out.out + out.err
+    assert out.out + out.err == ""
+    log = (tmp_path / "main.log").read_text()
+    assert "(raylet) a worker died" in log and "worker processes have been started" not in log
 
 
 @pytest.fixture(scope="module")
