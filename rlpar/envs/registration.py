@@ -7,9 +7,10 @@ subprocess and Ray actor, on every node), in this order, until the id is registe
 1. `env.imports`, and the module of Gymnasium's own `module:Env-v0` form;
 2. the package of a known id prefix (KNOWN_PACKAGES), when it is installed (ale-py's `ALE/` ids:
    rlpar/envs/atari.py);
-3. Gymnasium's plugin entry points that installed packages declare (the `gymnasium.envs` group of
+3. the module an id's namespace names (`gymnasium_2048/TwentyFortyEight-v0`), when it is installed;
+4. Gymnasium's plugin entry points that installed packages declare (the `gymnasium.envs` group of
    Gymnasium 0.26-0.29, and its `gymnasium.envs.<namespace>` form);
-4. the other installed packages that depend on Gymnasium, those whose name is nearest the id first.
+5. the other installed packages that depend on Gymnasium, those whose name is nearest the id first.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def split_module_id(env_id: str) -> tuple[str | None, str]:
 
 
 def register_env_id(env_id: str) -> str | None:
-    """Import what registers `env_id` (steps 2-4 above) unless Gymnasium knows it; returns the
+    """Import what registers `env_id` (steps 2-5 above) unless Gymnasium knows it; returns the
     module imported, or None. Raises UnknownEnvId with one line saying what to do."""
     if _known(env_id):
         return None
@@ -73,6 +74,14 @@ def _found_module(env_id: str) -> str | None:
         importlib.import_module(module)
         if _known(env_id):
             return module
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
+    if namespace and namespace.isidentifier() and _is_module(namespace):
+        try:
+            importlib.import_module(namespace)
+        except Exception:  # noqa: BLE001 - a module of that name that fails to import is not the one asked for
+            pass
+        if _known(env_id):
+            return namespace
     for name, register in _plugins(env_id):
         _call_plugin(name, register)
         if _known(env_id):

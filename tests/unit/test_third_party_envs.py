@@ -67,6 +67,11 @@ def test_root_plugin_entry_point_registers_an_id(site):
     assert check_env_exists(resolve_env_spec(id=env_id)) is None
 
 
+def test_namespace_of_an_id_names_the_module_that_registers_it(site):
+    module = installed_package(site, body=f'gym.register(__name__ + "/Corridor-v0", entry_point="{CARTPOLE}")')
+    assert check_env_exists(resolve_env_spec(id=f"{module}/Corridor-v0")) is None  # as gymnasium_2048/TwentyFortyEight-v0
+
+
 def test_installed_package_that_depends_on_gymnasium_registers_its_id_on_import(site):
     module = f"discovered_{uuid.uuid4().hex[:8]}"
     env_id = f"{module.replace('_', '')}-v0"  # tried first: the package whose name is nearest the id
