@@ -185,8 +185,8 @@ class WarmCompile:
     def say_waiting(cls, step: int) -> None:
         if not cls.said_waiting:
             cls.said_waiting = True
-            print(f"rlpar: waiting for the learner's compile at gradient step {step:,} (algo.compile_switch); a cold "
-                  f"compile cache fills once per machine and shape", flush=True)
+            print(f"rlpar: gradient step {step:,}: waiting for the learner's compile to take over (algo.compile_switch; "
+                  f"tens of seconds once per machine and shape, while the compile cache is cold)", flush=True)
 
     def _poll(self, *, wait: bool, step: int) -> None:
         outcome = self.child.outcome()
