@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from functools import partial
 from pathlib import Path
@@ -14,7 +15,7 @@ from rlpar.errors import RunDirError
 from rlpar.interrupts import HeldInterrupts
 from rlpar.logging import startup
 from rlpar.logging.progress import budget_line
-from rlpar.logging.run_log import RunLog, record_event
+from rlpar.logging.run_log import FILE_ONLY, RunLog, record_event
 from rlpar.runtime import run_lock
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.checkpoint import latest_valid_checkpoint, set_aside
@@ -40,7 +41,10 @@ def run(cfg: DictConfig, *, validated: bool = False, env_probe=None) -> dict:
         with RunLog(run_dir) as run_log:
             try:
                 return _locked_run(cfg, run_dir, env_probe)
-            except (KeyboardInterrupt, *TRAINING_STOPS):
+            except KeyboardInterrupt:
+                raise
+            except TRAINING_STOPS as stop:  # the console's line (main.py prints it) kept in main.log too
+                logging.getLogger("rlpar").error("training stopped: %s", stop, extra=FILE_ONLY)
                 raise
             except Exception as err:  # a bug or an environment's own failure: one line, traceback kept
                 err.add_note(run_log.traceback_note(err))

@@ -320,6 +320,7 @@ def test_cli_run_on_a_cluster_whose_head_is_lost_stops_within_seconds_then_resum
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     newest = max(int(path.stem.split("_")[1]) for path in (tmp_path / "checkpoints").glob("checkpoint_*.pt"))
     assert newest == rows[-1]["iteration"]  # the final checkpoint, of the last iteration logged
+    assert "training stopped: the Ray cluster's head" in (tmp_path / "main.log").read_text()
 
     second = ClusterProcess(nodes=2, cpus_per_node=1)
     try:  # as deploy/slurm resumes: the group choices repeated, the new cluster's address
