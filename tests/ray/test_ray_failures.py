@@ -349,7 +349,7 @@ def test_the_local_cluster_adds_a_node_after_one_lost_its_raylet():
         os.kill(raylet, signal.SIGKILL)
         time.sleep(5)
         added = cluster.command("add")
-        assert cluster.command("remove") != added  # the node that lost its raylet goes first
-        assert cluster.command("remove") == added and cluster.proc.poll() is None
+        removed = {cluster.command("remove"), cluster.command("remove")}  # the new node, and the one without raylet
+        assert added in removed and len(removed) == 2 and cluster.proc.poll() is None
     finally:
         cluster.stop()
