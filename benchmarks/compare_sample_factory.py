@@ -12,7 +12,7 @@ numpy==1.26.4; ale-py==0.9.0, whose wheel has the ROMs). Each SF2 run is
 CartPole-v1, seeds 0 1 2 (`--seeds`); per seed, the order of the runs rotates:
   - SF2: APPO with the settings of its own CartPole example (sf_examples/train_gym_env.py: batch 512,
     reward scale 0.1, no RNN, no V-trace) at learning rate 1e-3, and the execution settings that were
-    fastest here to 475 (SF2_CARTPOLE; what was tried: docs/benchmarks.md). It stops at 475 or `--cartpole-budget-s`.
+    fastest here to 475 (SF2_CARTPOLE; what was tried: docs/lab/2026-11-notebook.md). It stops at 475 or `--cartpole-budget-s`.
   - rlpar: `python main.py algo=<impala|appo|ppo> <parallel mode> seed=S` with the CartPole presets
     (RLPAR_CARTPOLE), run to the preset's budget.
   Clocks, the same for both: seconds from launching the process (a Python process each) to the first
@@ -56,7 +56,7 @@ SF2_RUN = ROOT / "benchmarks" / "sample_factory" / "sf2_run.py"
 # 1e-4, plateaued near 250 for 300k steps; 3e-4 and 3e-3 were slower to 475) ...
 SF2_CARTPOLE_LEARNING = ["--algo=APPO", "--use_rnn=False", "--recurrence=1", "--with_vtrace=False", "--batch_size=512",
                          "--reward_scale=0.1", "--learning_rate=0.001", "--stats_avg=20"]
-# ... and the execution settings fastest to 475 on 2 cores (docs/benchmarks.md: what was tried)
+# ... and the execution settings fastest to 475 on 2 cores (docs/lab/2026-11-notebook.md: what was tried)
 SF2_CARTPOLE = {"flags": ["--serial_mode=True", "--async_rl=True", "--num_workers=2", "--num_envs_per_worker=20"],
                 "torch_threads": 1}
 # SF2's Atari settings come from sf_examples/atari/atari_params.py (sf2_run.py applies them);
