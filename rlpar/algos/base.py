@@ -62,6 +62,8 @@ class Algorithm(ABC):
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
     precisions = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
+    needs_ray = False  # its actors or services are Ray actors: a sampler without Ray (uses_ray) refuses it
+    without_ray: str | None = None  # the algo option that sampler is told to use instead (apex_sac: sac)
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:

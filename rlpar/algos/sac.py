@@ -13,8 +13,8 @@ each on a minibatch from the replay:
 -> weights (the actor's only) published to the workers every `weight_sync_interval` updates.
 
 The critics and the actor learn with their own Adam, as in the reference implementations, each
-step one graph with `algo.compile` (rlpar.learning.compiled). Runs on every sampler; with
-parallel=distributed, `algo=sac` is the Ape-X-style mode (rlpar.algos.apex_sac).
+step one graph with `algo.compile` (rlpar.learning.compiled). Runs on every sampler, the same on
+each; the Ape-X-style SAC over replay shards is `algo=apex_sac` (rlpar.algos.apex_sac).
 """
 
 from __future__ import annotations

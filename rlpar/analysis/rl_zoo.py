@@ -108,9 +108,10 @@ ZOO_ENV = {
 }
 
 # rlpar algorithms RL-Zoo has no row for, compared against their nearest one's: IMPALA and APPO
-# (actor-critics with V-trace) against PPO, Ape-X (distributed prioritised DQN) against DQN.
-# SAC with parallel=distributed (Ape-X-style replay shards) is SAC, against SAC's row.
-NEAREST_ALGO = {"impala": "ppo", "appo": "ppo", "apex": "dqn"}
+# (actor-critics with V-trace) against PPO, Ape-X (distributed prioritised DQN) against DQN, the
+# Ape-X-style SAC and TD3 (SAC's and TD3's learners on replay shards) against SAC's and TD3's. Runs
+# from before algo=apex_sac existed (algo=sac with parallel=distributed) are SAC's, against SAC's row.
+NEAREST_ALGO = {"impala": "ppo", "appo": "ppo", "apex": "dqn", "apex_sac": "sac", "apex_td3": "td3"}
 
 
 def zoo_env(env_id: str | None) -> str | None:

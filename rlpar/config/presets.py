@@ -11,6 +11,10 @@ preset), so the config is composed once without a preset to read `algo.name` and
 algorithm's baseline) is kept. An environment given only by `env.entry_point` has no id
 (`env.id=null` is added), so no other environment's preset reaches it.
 
+An algorithm whose conf/algo file builds on another's (conf/algo/apex_sac.yaml names `sac` in its
+defaults) takes that one's presets where it has none of its own: `algo=apex_sac env.id=Hopper-v5`
+runs conf/preset/sac/Hopper-v5.yaml.
+
 Where no environment's preset applies and the model is recurrent (`model.recurrent`), an
 algorithm's `conf/preset/<algo>/recurrent.yaml` is chosen, if it has one: its defaults for
 recurrent models (DQN's R2D2 replay learns slowly at the feed-forward baseline's settings).
@@ -34,10 +38,27 @@ def preset_path(algo_name, env_id) -> Path | None:
     if not env_id or not algo_name:
         return None
     env_id = str(env_id).rpartition(":")[2]  # Gymnasium's `module:Env-v0` trains Env-v0
-    candidates = [PRESET_DIR / str(algo_name) / f"{env_id}.yaml"]
-    if "/" in env_id:
-        candidates.append(PRESET_DIR / str(algo_name) / f"{env_id.split('/', 1)[0]}.yaml")
+    candidates = []
+    for algo in preset_algos(str(algo_name)):
+        candidates.append(PRESET_DIR / algo / f"{env_id}.yaml")
+        if "/" in env_id:
+            candidates.append(PRESET_DIR / algo / f"{env_id.split('/', 1)[0]}.yaml")
     return next((path for path in candidates if _is_file(path)), None)
+
+
+@functools.cache
+def preset_algos(algo_name: str) -> tuple[str, ...]:
+    """Whose presets an algorithm takes, in order: its own, then those of the algo options its
+    conf/algo file builds on (its defaults list: `apex_sac` -> `sac`)."""
+    found = [algo_name]
+    path = CONF_DIR / "algo" / f"{algo_name}.yaml"
+    if "/" not in algo_name and _is_file(path):
+        import yaml
+
+        for entry in (yaml.safe_load(path.read_text()) or {}).get("defaults") or ():
+            if isinstance(entry, str) and _is_file(CONF_DIR / "algo" / f"{entry}.yaml"):
+                found += [name for name in preset_algos(entry) if name not in found]
+    return tuple(found)
 
 
 def _is_file(path: Path) -> bool:
@@ -154,9 +175,9 @@ def wanted_preset(cfg) -> str | None:
     algorithm's preset for recurrent models when the model is recurrent."""
     algo_name = _select(cfg, "algo.name")
     choice = preset_choice(algo_name, _select(cfg, "env.id"))
-    if choice is None and algo_name and _select(cfg, "model.recurrent") is not None \
-            and _is_file(PRESET_DIR / str(algo_name) / f"{RECURRENT}.yaml"):
-        return f"{algo_name}/{RECURRENT}"
+    if choice is None and algo_name and _select(cfg, "model.recurrent") is not None:
+        return next((f"{algo}/{RECURRENT}" for algo in preset_algos(str(algo_name))
+                     if _is_file(PRESET_DIR / algo / f"{RECURRENT}.yaml")), None)
     return choice
 
 

@@ -69,6 +69,12 @@ class Sampler(ABC):
                 f"parallel.inference: central needs workers that only step environments; algo={config.get('algo.name')}'s "
                 f"workers do more ({algorithm.get('worker_duties')}); use parallel.inference=worker, or algo="
                 f"{config.algorithms_with('central_inference', True)}")
+        if algorithm.get("needs_ray") and not cls.uses_ray:  # the algorithm's actors or services are Ray actors
+            instead = algorithm.get("without_ray")
+            problems.append(
+                f"parallel: algo={config.get('algo.name')} runs its actors and replay shards as Ray actors, which "
+                f"parallel={config.get('parallel.name')} ({cls.__name__}) does not start; use parallel=distributed"
+                + (f", or algo={instead} (the learner's own replay, on every sampler)" if instead else ""))
         if not cls.uses_ray and config.get("ray.address"):  # silently training locally instead would surprise
             problems.append(
                 f"ray.address: {config.get('ray.address')!r} (hardware=cluster or ray.address) names a Ray cluster, but "

@@ -96,7 +96,7 @@ def metrics_rows(run_dir):
     (("env=pettingzoo", "env.id=mpe2.simple_spread_v3", "algo=ippo", "algo.rollout_length=25", "seed=3"), 4),
     # SAC: the learner's replay, uniform random actions, then squashed-Gaussian draws from per-environment noise.
     (("algo=sac", "env=pendulum", "env.max_episode_steps=50", "seed=3", "algo.rollout_length=8", "algo.learning_starts=128", "algo.batch_size=32",
-      "model.hidden_sizes=[32,32]", "~algo_placement"), 12),
+      "model.hidden_sizes=[32,32]"), 12),
 ])
 def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path, common, iterations):
     """Same seed, 8 environments in all, sync_mode=blocking: every row of metrics.jsonl, read back

@@ -22,7 +22,7 @@ ENVS = {
     "box2d": {"LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3"},
     "mujoco": {"Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Swimmer-v5", "Ant-v5"},
 }
-DISTRIBUTED = {"impala", "appo", "apex", "sac_distributed"}  # rows run on Ray actors
+DISTRIBUTED = {"impala", "appo", "apex", "apex_sac"}  # rows run on Ray actors
 RL_ZOO_ALGOS = ("ppo", "a2c", "dqn", "sac", "td3")
 SAC_WRITTEN = (CONF_DIR / "algo" / "sac.yaml").is_file() and (CONF_DIR / "algo" / "td3.yaml").is_file()
 needs_sac = pytest.mark.skipif(not SAC_WRITTEN, reason="conf/algo/sac.yaml and td3.yaml are not written yet")
@@ -58,11 +58,10 @@ def algo_and_env(name: str) -> tuple[str, str]:
 def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
     for name, row in row_files().items():
         variant, env = algo_and_env(name)
-        algo = "sac" if variant == "sac_distributed" else variant
         overrides = [next(iter(entry.items())) for entry in row["defaults"]]
-        assert ("override /algo", algo) in overrides, name
+        assert ("override /algo", variant) in overrides, name
         assert row["env"]["id"] == env, name
-        zoo = rl_zoo.reference(algo, env)
+        zoo = rl_zoo.reference(variant, env)
         assert zoo is not None, f"{name}: no RL-Zoo row to compare with"
         assert row["total_steps"] == zoo.n_timesteps, name
         assert row["eval_episodes"] == 20, name
@@ -73,7 +72,7 @@ def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
 
 def test_every_rl_zoo_row_of_the_table_has_its_rlpar_rows():
     """PPO, A2C, DQN, SAC and TD3 on RL-Zoo's own rows; IMPALA and APPO on PPO's classic and Box2D
-    rows; Ape-X on DQN's; SAC's distributed mode on SAC's."""
+    rows; Ape-X on DQN's; the Ape-X-style SAC on SAC's."""
     names = set(row_files())
     wanted = set()
     for zoo in rl_zoo.ROWS:
@@ -85,7 +84,7 @@ def test_every_rl_zoo_row_of_the_table_has_its_rlpar_rows():
         if zoo.algo == "dqn":
             wanted.add(f"apex-{env}")
         if zoo.algo == "sac":
-            wanted.add(f"sac_distributed-{env}")
+            wanted.add(f"apex_sac-{env}")
     assert names == wanted
     assert {row.algo for row in rl_zoo.ROWS} == set(RL_ZOO_ALGOS)
 
@@ -129,14 +128,13 @@ def test_a_row_composes_to_its_algorithm_environment_mode_and_budget(row, algo, 
 
 @needs_sac
 @pytest.mark.parametrize("row, target_module", [("sac-Hopper-v5", "sac"), ("td3-Pendulum-v1", "td3"),
-                                                ("sac_distributed-Pendulum-v1", None)])
+                                                ("apex_sac-Pendulum-v1", "apex_sac")])
 def test_the_sac_and_td3_rows_compose(row, target_module):
     cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
     variant, env = algo_and_env(row)
-    assert (cfg.algo.name, cfg.env.id) == ("sac" if variant == "sac_distributed" else variant, env)
-    assert cfg.parallel.name == ("distributed" if variant == "sac_distributed" else "local")
-    if target_module:
-        assert cfg.algo._target_.startswith(f"rlpar.algos.{target_module}.")
+    assert (cfg.algo.name, cfg.env.id) == (variant, env)
+    assert cfg.parallel.name == ("distributed" if variant == "apex_sac" else "local")
+    assert cfg.algo._target_.startswith(f"rlpar.algos.{target_module}.")
 
 
 @pytest.mark.slow
@@ -148,7 +146,7 @@ def test_every_row_composes_and_one_row_per_environment_validates(tmp_path):
     validated = set()
     for name in row_files():
         variant, env = algo_and_env(name)
-        if variant in ("sac", "td3", "sac_distributed") and not SAC_WRITTEN:
+        if variant in ("sac", "td3", "apex_sac") and not SAC_WRITTEN:
             continue
         cfg = compose_config(["experiment=benchmark", f"+benchmark_row={name}"], run_dir=tmp_path / name)
         assert (cfg.env.id, cfg.eval_episodes) == (env, 20)

@@ -27,6 +27,10 @@ def test_every_group_option_composes(make_cfg, group, option):
         with pytest.raises(ConfigError, match="is a CNN for image observations; these are vectors"):
             validate_config(cfg)
         validate_config(make_cfg(f"{group}={option}", "env=atari"))
+    elif f"{group}={option}" in ("algo=apex_sac", "algo=apex_td3"):  # Ray actors: refused on parallel=local
+        with pytest.raises(ConfigError, match="runs its actors and replay shards as Ray actors"):
+            validate_config(make_cfg(f"{group}={option}", "env=pendulum"))
+        validate_config(make_cfg(f"{group}={option}", "env=pendulum", "parallel=distributed", "workers=2"))
     elif f"{group}={option}" in ("algo=sac", "algo=td3"):  # continuous actions: CartPole's are refused
         with pytest.raises(ConfigError, match="learns continuous actions"):
             validate_config(cfg)

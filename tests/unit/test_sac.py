@@ -189,11 +189,34 @@ def test_continuous_algorithms_refuse_discrete_actions_and_q_learners_refuse_box
     validate_config(make_cfg("algo=sac", "env=pendulum", "algo.alpha=0.1"))
 
 
-def test_parallel_distributed_makes_sac_and_td3_the_ape_x_style_learners(make_cfg):
-    assert make_cfg("algo=sac").algo._target_ == "rlpar.algos.sac.SAC"
-    assert make_cfg("algo=sac", "parallel=distributed").algo._target_ == "rlpar.algos.apex_sac.ApeXSAC"
-    assert make_cfg("algo=td3", "parallel=distributed").algo._target_ == "rlpar.algos.apex_sac.ApeXTD3"
-    assert make_cfg("algo=td3", "parallel=multiprocess").algo._target_ == "rlpar.algos.td3.TD3"
+def test_sac_and_td3_are_themselves_on_every_sampler_and_the_ape_x_style_learners_are_chosen_by_name(make_cfg):
+    """parallel=distributed never changes the algorithm: algo=apex_sac / apex_td3 are SAC's and TD3's
+    configs plus the replay shards' keys, with SAC's and TD3's presets."""
+    for parallel in ("local", "multiprocess", "distributed"):
+        assert make_cfg("algo=sac", f"parallel={parallel}").algo._target_ == "rlpar.algos.sac.SAC"
+        assert make_cfg("algo=td3", f"parallel={parallel}").algo._target_ == "rlpar.algos.td3.TD3"
+    for algo, target, high in (("sac", "ApeXSAC", 1.5), ("td3", "ApeXTD3", 2.0)):
+        plain = make_cfg(f"algo={algo}", "env=pendulum", "parallel=distributed")
+        apex = make_cfg(f"algo=apex_{algo}", "env=pendulum", "parallel=distributed")
+        assert (apex.algo._target_, apex.algo.name) == (f"rlpar.algos.apex_sac.{target}", f"apex_{algo}")
+        assert (apex.algo.noise_scale_low, apex.algo.noise_scale_high) == (0.5, high)
+        assert (apex.algo.replay.num_shards, apex.algo.replay.samples_per_insert, apex.algo.replay.rate_tolerance) == (
+            2, None, None)
+        shared = {key for key in plain.algo if key not in ("_target_", "name", "replay")}
+        assert {key: apex.algo[key] for key in shared} == {key: plain.algo[key] for key in shared}  # the preset's too
+        assert apex.model == plain.model and apex.total_steps == plain.total_steps == 20000  # Pendulum's preset
+        assert make_cfg(f"algo=apex_{algo}", "env=pendulum", "parallel=distributed", "preset=null").total_steps == 100000
+
+
+@pytest.mark.parametrize("parallel", ["local", "multiprocess"])
+def test_the_ape_x_style_learners_are_refused_without_ray_in_one_line_naming_the_plain_algorithm(make_cfg, parallel):
+    for algo in ("sac", "td3"):
+        with pytest.raises(ConfigError) as refused:
+            validate_config(make_cfg(f"algo=apex_{algo}", "env=pendulum", f"parallel={parallel}"), check_env=False)
+        assert str(refused.value).count("\n") == 0
+        assert f"algo=apex_{algo} runs its actors and replay shards as Ray actors" in str(refused.value)
+        assert f"use parallel=distributed, or algo={algo} " in str(refused.value)
+    validate_config(make_cfg("algo=apex_sac", "env=pendulum", "parallel=distributed", "workers=2"), check_env=False)
 
 
 FAST = ("env=pendulum", "model.hidden_sizes=[64,64]", "algo.lr=1e-3", "algo.learning_starts=1000",
