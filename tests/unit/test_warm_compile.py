@@ -126,3 +126,22 @@ def test_a_failed_compile_says_one_line_and_keeps_the_compilers_output_in_main_l
         "learner stays eager (the compiler's message is in main.log)"]
     assert "error: line" not in out
     assert "kernel.cpp:16:1: error: line 16" in (tmp_path / "main.log").read_text()
+
+
+def test_the_opt_in_switch_when_ready_says_once_that_runs_of_one_seed_differ(monkeypatch, caplog):
+    import logging
+
+    from rlpar.learning.compiled import CompileSwitch
+    from rlpar.learning.optim import LeanAdam
+
+    monkeypatch.setattr(CompileSwitch, "said_not_reproducible", False)
+    switch = CompileSwitch("ready", optimizer=LeanAdam([torch.zeros(2, requires_grad=True)], lr=0.1))
+    warm = WarmCompile(torch_compile(lambda x: x + 2), device=torch.device("cpu"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlpar"):
+            assert switch.use_compiled(warm, (torch.ones(2),)) is False  # compiling in its child meanwhile
+            switch.use_compiled(warm, (torch.ones(2),))
+    finally:
+        stop_background_compiles()
+    said = [record.getMessage() for record in caplog.records if "compile_switch=ready" in record.getMessage()]
+    assert len(said) == 1 and "runs of one seed differ" in said[0]
