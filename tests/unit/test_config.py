@@ -100,6 +100,14 @@ def test_minibatch_larger_than_batch_is_refused(make_cfg):
         validate_config(cfg)
 
 
+@pytest.mark.parametrize("value", ["-1", "soon", "1.5", "true"])
+def test_compile_switch_is_a_gradient_step_or_ready(make_cfg, value):
+    with pytest.raises(ConfigError, match="algo.compile_switch: expected a gradient step .* or ready"):
+        validate_config(make_cfg(f"algo.compile_switch={value}"), check_env=False)
+    for accepted in ("0", "ready"):
+        validate_config(make_cfg(f"algo.compile_switch={accepted}"), check_env=False)
+
+
 @pytest.mark.parametrize("overrides, problem", [
     (["learners=0"], r"learners: 0 is out of range \(must be >= 1\)"),
     (["learners=1.5"], "learners: expected an integer"),
