@@ -254,9 +254,9 @@ class _WarmChild:
         """None while it runs (unless `wait`); then "" (compiled) or why it failed."""
         while self.result is None:
             self.result = self._check()
-            if self.result is None and not wait:
-                break
             if self.result is None:
+                if not wait:
+                    break
                 time.sleep(0.05)
         return self.result
 
