@@ -6,6 +6,7 @@ exits non-zero stops the script with that run's output and exit 1.
     python3 benchmarks/gpu_check.py --download-wheels     # here, with network to the registry: the wheels to carry
     python3 benchmarks/gpu_check.py                       # on the GPU machine (installs what is missing from them)
     .venv/bin/python benchmarks/gpu_check.py --cpu-dry-run   # every run's plumbing on this CPU, tiny budgets
+    .venv/bin/python benchmarks/gpu_check.py --hardware cpu  # the same runs and budgets on this CPU, to compare
 
 The GPU machine reaches no network and has its own CUDA build of torch: the script uses that
 torch and installs only what is missing (Gymnasium, Hydra, ale-py, ...) from `--wheels`, Python
@@ -20,6 +21,7 @@ import argparse
 import importlib.util
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +50,9 @@ PURE_PYTHON_SDISTS = {"antlr4-python3-runtime==4.9.3"}  # no wheel on the regist
 
 @dataclass
 class Check:
-    """One brief run: its overrides on the GPU, and the smaller budget of its CPU dry run."""
+    """One brief run: its overrides on the GPU, and the smaller budget of its CPU dry run. The GPU
+    budgets' time limits add up to about 5 minutes of training, so that the script, start-ups and
+    the wheels' install included, stays within 8."""
 
     name: str
     overrides: list[str]
@@ -67,26 +71,26 @@ def checks(ray_available: bool) -> list[Check]:
     pong = ["env=atari", "env.id=ALE/Pong-v5", "algo=impala", "model=nature_cnn", "envs_per_worker=8"]
     listed = [
         Check("PPO CartPole, compiled", ["algo=ppo", "env=cartpole", "algo.compile=true"],
-              ["total_steps=200000"], ["total_steps=4096"], learner="MLP", solve_at=475.0),
+              ["total_steps=200000", "time_limit_s=80"], ["total_steps=4096"], learner="MLP", solve_at=475.0),
         Check("PPO Pendulum, compiled", ["algo=ppo", "env=pendulum", "algo.compile=true"],
-              ["total_steps=100000"], ["total_steps=4096"]),
+              ["total_steps=100000", "time_limit_s=40"], ["total_steps=4096"]),
         Check("IMPALA Pong, Nature CNN", [*pong, "parallel=multiprocess", "workers=4"],
-              ["time_limit_s=60", "total_steps=2000000"], ["total_steps=2048"], needs=("ale_py",), learner="Nature CNN"),
-        Check("DQN CartPole", ["algo=dqn", "env=cartpole"], ["total_steps=50000"], ["total_steps=2048"]),
-        Check("SAC Pendulum", ["algo=sac", "env=pendulum"], ["total_steps=10000"], ["total_steps=600"]),
+              ["time_limit_s=50", "total_steps=2000000"], ["total_steps=2048"], needs=("ale_py",), learner="Nature CNN"),
+        Check("DQN CartPole", ["algo=dqn", "env=cartpole"], ["total_steps=50000", "time_limit_s=30"], ["total_steps=2048"]),
+        Check("SAC Pendulum", ["algo=sac", "env=pendulum"], ["total_steps=10000", "time_limit_s=30"], ["total_steps=600"]),
         Check("PPO CartPole, central inference", ["algo=ppo", "env=cartpole", "parallel=multiprocess", "workers=4",
                                                   "envs_per_worker=16", "parallel.inference=central"],
-              ["total_steps=200000"], ["total_steps=4096"]),
+              ["total_steps=200000", "time_limit_s=25"], ["total_steps=4096"]),
         Check("PPO CartPole, bf16", ["algo=ppo", "env=cartpole", "algo.precision=bf16"],
-              ["total_steps=100000"], ["total_steps=4096"]),
+              ["total_steps=100000", "time_limit_s=25"], ["total_steps=4096"]),
         Check("PPO CartPole, fp16", ["algo=ppo", "env=cartpole", "algo.precision=fp16"],
-              ["total_steps=100000"], ["total_steps=4096"]),
+              ["total_steps=100000", "time_limit_s=25"], ["total_steps=4096"]),
     ]
     if ray_available:
         listed += [
             Check("IMPALA Pong, distributed, central inference",
                   [*pong, "parallel=distributed", "workers=8", "parallel.inference=central"],
-                  ["time_limit_s=60", "total_steps=2000000"], ["total_steps=2048"], needs=("ale_py", "ray")),
+                  ["time_limit_s=40", "total_steps=2000000"], ["total_steps=2048"], needs=("ale_py", "ray")),
         ]
     return listed
 
@@ -191,25 +195,22 @@ def run_check(check: Check, overrides: list[str], env: dict, timeout_s: float, s
 
 
 def learner_samples_per_s(check: Check) -> float | None:
-    """Samples the learner went through per second of learning: minibatch steps times the
-    minibatch for PPO, the env steps it learnt from for one-pass learners (IMPALA). The first
-    row holds compilation and is left out."""
-    rows = check.rows[1:]
-    learn_s = sum(row.get("time_learn_s", 0.0) for row in rows)
-    if not rows or learn_s <= 0:
-        return None
-    minibatch = check.config.get("algo", {}).get("minibatch_size") if check.config.get("algo", {}).get("name") == "ppo" else None
-    if minibatch:
-        return sum(row.get("gradient_steps", 0) for row in rows) * minibatch / learn_s
-    return (check.rows[-1]["env_steps"] - check.rows[0]["env_steps"]) / learn_s
+    """Samples the learner goes through per second of learning, the median over iterations (one
+    iteration's wait for a compile or a slow start does not set it): minibatch steps times the
+    minibatch for PPO, the env steps it learnt from for one-pass learners (IMPALA)."""
+    algo = check.config.get("algo", {})
+    minibatch = algo.get("minibatch_size") if algo.get("name") == "ppo" else None
+    rates = []
+    for before, row in zip(check.rows, check.rows[1:]):
+        samples = row.get("gradient_steps", 0) * minibatch if minibatch else row["env_steps"] - before["env_steps"]
+        if row.get("time_learn_s", 0.0) > 0:
+            rates.append(samples / row["time_learn_s"])
+    return statistics.median(rates) if rates else None
 
 
 def env_steps_per_s(check: Check) -> float:
-    """Env steps per second of training after the first iteration (start-up and compilation)."""
-    if len(check.rows) < 2:
-        return check.rows[-1]["fps"]
-    return (check.rows[-1]["env_steps"] - check.rows[0]["env_steps"]) / max(
-        check.rows[-1]["wall_time_s"] - check.rows[0]["wall_time_s"], 1e-9)
+    """Env steps per second of training, the median over iterations after the first."""
+    return statistics.median(row["fps"] for row in (check.rows[1:] or check.rows))
 
 
 def time_to(rows: list[dict], score: float) -> float | None:
@@ -232,6 +233,8 @@ def table(results: list[Check]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-dry-run", action="store_true", help="hardware=cpu and tiny budgets: the plumbing, here")
+    parser.add_argument("--hardware", choices=("gpu", "cpu"), default="gpu",
+                        help="cpu: the same runs and budgets on this CPU, the figures to set beside the GPU's")
     parser.add_argument("--download-wheels", action="store_true", help="fetch the wheels to carry, then stop")
     parser.add_argument("--with-ray", action="store_true", help="with --download-wheels: Ray's wheel too (large)")
     parser.add_argument("--wheels", type=Path, default=WHEELS)
@@ -243,7 +246,8 @@ def main() -> None:
         download_wheels(args.wheels, args.with_ray)
         return
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SITE), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    if not args.cpu_dry_run:
+    hardware = "cpu" if args.cpu_dry_run else args.hardware
+    if hardware == "gpu":
         install_missing(args.wheels, env)
         sys.path.insert(0, str(SITE))
         import torch
@@ -254,7 +258,6 @@ def main() -> None:
     has = {module: importlib.util.find_spec(module) is not None for module in ("ray", "ale_py")}
     if not has["ray"]:
         print("gpu_check: Ray is not installed here: checking the local and multiprocess paths only")
-    hardware = "cpu" if args.cpu_dry_run else "gpu"
     selected = [check for check in checks(has["ray"])
                 if args.only is None or any(part.lower() in check.name.lower() for part in args.only)]
     print(f"gpu_check: {machine()}", flush=True)
