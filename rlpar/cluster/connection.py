@@ -480,7 +480,8 @@ class RayConnection:
                 configure_logging=False,
                 **loopback,
             )
-            self.head = HeadWatch(ray.get_runtime_context().gcs_address)
+            if not address.startswith("ray://"):  # (a Ray Client connection has no GCS of its own to watch)
+                self.head = HeadWatch(ray.get_runtime_context().gcs_address)
         else:
             _start_private_instance(num_cpus, object_store_mb, namespace)
         self.started_here = True
