@@ -17,7 +17,7 @@ class BuildPyWithConf(build_py):
         if self.editable_mode:
             return
         target = Path(self.build_lib) / "rlpar" / "conf"
-        for path in sorted(CONF.rglob("*.yaml")):
+        for path in sorted(p for p in CONF.rglob("*") if p.suffix in (".yaml", ".csv")):  # rows.csv: the benchmark's table
             destination = target / path.relative_to(CONF)
             self.mkpath(str(destination.parent))
             self.copy_file(str(path), str(destination))

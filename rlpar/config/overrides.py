@@ -68,11 +68,12 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
     from rlpar.config.known_keys import did_you_mean
 
     group = override.key_or_group
-    if conf_dirs is None or not any((d / group).is_dir() for d in conf_dirs):
+    stored = stored_options(group)
+    if conf_dirs is None or not (stored or any((d / group).is_dir() for d in conf_dirs)):
         return None
     from rlpar.config.presets import GROUP as PRESET_GROUP
 
-    options = sorted({option for d in conf_dirs if (d / group).is_dir() for option in group_options(d / group)})
+    options = sorted({option for d in conf_dirs if (d / group).is_dir() for option in group_options(d / group)} | stored)
     if override.is_sweep_override():
         values = list(override.sweep_iterator()) if override.is_discrete_sweep() else []
     else:
@@ -138,6 +139,19 @@ def group_options(group_dir) -> list[str]:
     """A config group's options, those in sub-folders included (`preset=ppo/CartPole-v1`)."""
     return sorted(path.relative_to(group_dir).with_suffix("").as_posix() for path in group_dir.rglob("*.yaml")
                   if path.relative_to(group_dir).parts[0] != SHARED)
+
+
+def stored_options(group: str) -> set[str]:
+    """A group's options that rlpar registers in Hydra's ConfigStore (`benchmark_row`: the rows of
+    conf/benchmark/rows.csv, rlpar.config.benchmark_rows); Hydra's own groups left to Hydra."""
+    from hydra.core.config_store import ConfigStore
+
+    if not group or group.split("/")[0] == "hydra":
+        return set()
+    try:
+        return {name.removesuffix(".yaml") for name in ConfigStore.instance().list(group)}
+    except OSError:  # no such group in the store
+        return set()
 
 
 HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")  # Hydra makes these itself, with a traceback if it cannot

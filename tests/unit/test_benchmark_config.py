@@ -1,21 +1,19 @@
-"""experiment=benchmark: its rows (conf/benchmark_row/) hold RL Baselines3 Zoo's budgets
-(rlpar/analysis/rl_zoo.py), its sub-tables (conf/benchmark/) cover every row once, the sweep
-expands to rows x seeds 0-2 as Hydra's basic sweeper expands it, and a row composes to its
-algorithm, environment, parallel mode and budget over the preset."""
-
-from pathlib import Path
+"""experiment=benchmark: its rows (the table conf/benchmark/rows.csv, each a `benchmark_row`
+option) hold RL Baselines3 Zoo's budgets (rlpar/analysis/rl_zoo.py), its sub-tables
+(conf/benchmark/) cover every row once, the sweep expands to rows x seeds 0-2 as Hydra's basic
+sweeper expands it, and a row composes to its algorithm, environment, parallel mode and budget over
+the preset."""
 
 import pytest
-import yaml
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rlpar.analysis import rl_zoo
+from rlpar.config import benchmark_rows
 from rlpar.config.compose import compose_config
 from rlpar.config.conf_dir import CONF_DIR
 
-ROWS = CONF_DIR / "benchmark_row"
 TABLES = ("classic", "box2d", "mujoco")
 ENVS = {
     "classic": {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"},
@@ -29,7 +27,8 @@ needs_sac = pytest.mark.skipif(not SAC_WRITTEN, reason="conf/algo/sac.yaml and t
 
 
 def row_files() -> dict[str, dict]:
-    return {path.stem: yaml.safe_load(path.read_text()) for path in sorted(ROWS.glob("*.yaml"))}
+    """The table's rows by name, each as the config it composes (`defaults`, env.id, workers, ...)."""
+    return {name: benchmark_rows.row_config(row) for name, row in benchmark_rows.rows().items()}
 
 
 def sweep_jobs(*overrides: str) -> tuple[list[list[str]], str]:
@@ -64,10 +63,10 @@ def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
         zoo = rl_zoo.reference(variant, env)
         assert zoo is not None, f"{name}: no RL-Zoo row to compare with"
         assert row["total_steps"] == zoo.n_timesteps, name
-        assert row["eval_episodes"] == 20, name
         distributed = ("override /parallel", "distributed") in overrides
         assert distributed == (variant in DISTRIBUTED), name
-        assert (row.get("workers") == 4) == distributed, name
+        assert ("override /parallel", "local") in overrides or distributed, name
+        assert row["workers"] == (4 if distributed else 1), name
 
 
 def test_every_rl_zoo_row_of_the_table_has_its_rlpar_rows():
@@ -122,7 +121,7 @@ def test_a_row_composes_to_its_algorithm_environment_mode_and_budget(row, algo, 
     cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
     assert (cfg.algo.name, cfg.env.id, cfg.parallel.name, cfg.workers) == (algo, env, mode, workers)
     assert cfg.model._target_.rsplit(".", 1)[1] == model
-    assert cfg.total_steps == yaml.safe_load((ROWS / f"{row}.yaml").read_text())["total_steps"]  # over the preset's
+    assert cfg.total_steps == benchmark_rows.rows()[row]["total_steps"]  # over the preset's
     assert (cfg.eval_episodes, cfg.experiment_name, cfg.progress) == (20, "benchmark", False)
 
 
@@ -156,8 +155,45 @@ def test_every_row_composes_and_one_row_per_environment_validates(tmp_path):
     assert validated == set().union(*ENVS.values())
 
 
-def test_row_files_are_found_by_the_name_hydra_is_given():
-    assert all(Path(ROWS / f"{name}.yaml").is_file() for name in rows_of(sweep_jobs()[0]))
+def test_rows_are_found_by_the_name_hydra_is_given_and_conf_holds_no_file_per_row():
+    from hydra.core.config_store import ConfigStore
+
+    stored = {name.removesuffix(".yaml") for name in ConfigStore.instance().list(benchmark_rows.GROUP)}
+    assert set(rows_of(sweep_jobs()[0])) == set(benchmark_rows.rows()) <= stored
+    assert len(list((CONF_DIR / "benchmark_row").glob("*"))) <= 1
+
+
+@pytest.mark.parametrize("row, keys", [
+    ("apex-CartPole-v1", {"algo.replay_ratio": 1.0, "total_steps": 50000}),
+    ("appo-CartPole-v1", {"algo.lr": 2.0e-3, "algo.anneal_lr": True}),
+    ("impala-CartPole-v1", {"algo.lr": 5.0e-3}),
+])
+def test_a_rows_own_overrides_win_over_its_preset_and_cfg_job_prints_them(row, keys):
+    """The table's overrides column (`algo.lr=2.0e-3 algo.anneal_lr=true`): read as YAML values, as
+    Hydra reads the command line, and composed after the preset (CartPole's sets other values)."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
+    preset = compose_config([f"algo={row.split('-')[0]}", "parallel=distributed"])
+    for key, value in keys.items():
+        assert OmegaConf.select(cfg, key) == value and OmegaConf.select(preset, key) != value, key
+    import subprocess
+    import sys
+    printed = subprocess.run([sys.executable, "main.py", "experiment=benchmark", f"+benchmark_row={row}", "--cfg", "job"],
+                             cwd=CONF_DIR.parent, capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    job = OmegaConf.create(printed.stdout)
+    assert all(OmegaConf.select(job, key) == value for key, value in keys.items())
+
+
+def test_a_sub_table_the_table_does_not_have_and_a_row_it_does_not_have_are_refused_naming_them():
+    from rlpar.config.overrides import override_problems
+
+    with pytest.raises(ValueError, match="no benchmark table 'atari' in rows.csv"):
+        benchmark_rows.row_names("atari")
+    [problem] = override_problems(["-m", "experiment=benchmark", "+benchmark_row=ppo-CartPol-v1,dqn-CartPole-v1"])
+    assert problem.startswith("benchmark_row: 'ppo-CartPol-v1' is not an option of this config group; "
+                              "did you mean ppo-CartPole-v1?")
 
 
 def test_a_sub_table_without_the_experiment_is_refused_in_one_line_naming_it():
