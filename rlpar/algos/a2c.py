@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.step import LearningRate
 from rlpar.learning.actor_critic import ActorCriticLoss
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, EagerStep, compile_setting, gradient_step
 from rlpar.learning.optim import build_optimizer
-
+from rlpar.learning.step import LearningRate
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "advantages", "returns")

@@ -32,9 +32,9 @@ import numpy as np
 from rlpar.algos.a2c import A2C
 from rlpar.algos.base import StepResult
 from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.sampling.gradient_worker import GradientWorker
 from rlpar.learning.hogwild import SharedParameters
 from rlpar.learning.parameter_server import ParameterServer
+from rlpar.sampling.gradient_worker import GradientWorker
 
 OBJECTIVE_KEYS = ("gamma", "advantage", "n_steps", "gae_lambda", "value_coef", "entropy_coef", "normalize_advantages")
 

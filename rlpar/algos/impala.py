@@ -19,13 +19,12 @@ import torch
 
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.batch_tensors import vtrace_inputs
-from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.sequences import evaluate_steps, valid_steps
+from rlpar.learning.step import LearningRate
 from rlpar.learning.vtrace import compute_vtrace
-
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "vs")

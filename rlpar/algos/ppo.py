@@ -14,13 +14,19 @@ import torch
 
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.batch_tensors import advantage_inputs
-from rlpar.learning.step import LearningRate
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.optim import LeanAdam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import (evaluate_steps, piece_count, pieces_per_minibatch, sequence_stats, take_pieces,
-                                     valid_steps)
+from rlpar.learning.sequences import (
+    evaluate_steps,
+    piece_count,
+    pieces_per_minibatch,
+    sequence_stats,
+    take_pieces,
+    valid_steps,
+)
+from rlpar.learning.step import LearningRate
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "returns")

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
+from rlpar.replay.frames import replay_storage
 from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
 from rlpar.replay.settings import ReplaySettings
 from rlpar.replay.shard import transition_fields
-from rlpar.replay.frames import replay_storage
 
 
 class ReplayLearner(Algorithm):

@@ -434,8 +434,15 @@ def _worker_processes_here(c: ConfigView, workers) -> tuple[int, int]:
 def _check_machine_limits(c: ConfigView, workers) -> None:
     """Memory, processes and file descriptors of the worker processes, the first that does not fit
     named (the whole run's memory is estimated later, with the environment's spaces)."""
-    from rlpar.config.resources import (FDS_BASE, FDS_PER_WORKER, GIB, RAY_DAEMONS, available_memory_bytes,
-                                        file_descriptor_problem, process_problem)
+    from rlpar.config.resources import (
+        FDS_BASE,
+        FDS_PER_WORKER,
+        GIB,
+        RAY_DAEMONS,
+        available_memory_bytes,
+        file_descriptor_problem,
+        process_problem,
+    )
 
     processes, process_bytes = _worker_processes_here(c, workers)
     if not processes:

@@ -28,8 +28,14 @@ import gymnasium as gym
 import numpy as np
 
 from rlpar.envs.contract import observation_problem, reward_problem
-from rlpar.envs.recovering import (RESEED_STRIDE, RESET_ATTEMPTS, close_quietly, log_rebuild, reset_failed,
-                                   stop_if_failing_for_good)
+from rlpar.envs.recovering import (
+    RESEED_STRIDE,
+    RESET_ATTEMPTS,
+    close_quietly,
+    log_rebuild,
+    reset_failed,
+    stop_if_failing_for_good,
+)
 from rlpar.envs.spaces import SUPPORTED_ACTIONS, ActionInfo, describe_action_space, is_image_space, observation_dim
 from rlpar.errors import EnvironmentFailedError
 

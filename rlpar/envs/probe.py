@@ -10,8 +10,13 @@ import numpy as np
 
 from rlpar.envs.contract import observation_problem, reward_problem
 from rlpar.envs.factory import EnvSpec, make_env
-from rlpar.envs.spaces import (ActionInfo, ObservationInfo, describe_action_space, describe_observation_space,
-                               whitened_by_default)
+from rlpar.envs.spaces import (
+    ActionInfo,
+    ObservationInfo,
+    describe_action_space,
+    describe_observation_space,
+    whitened_by_default,
+)
 from rlpar.envs.state_pickle import state_pickle_problem
 from rlpar.envs.wrapping import unsupported_space_hint
 from rlpar.errors import first_line

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium as gym
 

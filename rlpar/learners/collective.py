@@ -21,7 +21,7 @@ def meeting_point(address: str) -> socket.socket:
 
 
 def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float,
-               listening: socket.socket | None = None) -> "Collective":
+               listening: socket.socket | None = None) -> Collective:
     """Join (or, on rank 0, open: at `listening` where given) the gloo group that `world_size`
     learners meet in at `address:port`; every collective op then fails after `timeout_s` if a
     peer is missing."""

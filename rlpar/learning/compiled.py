@@ -108,7 +108,7 @@ class CompileSwitch:
         self.at, self.optimizer = at, optimizer
         self.reached: int | None = None  # the step at which the switch came
 
-    def use_compiled(self, warm: "WarmCompile", args: tuple = (), kwargs: dict | None = None) -> bool:
+    def use_compiled(self, warm: WarmCompile, args: tuple = (), kwargs: dict | None = None) -> bool:
         """Whether this call takes `warm`'s compiled function (its warm-up starts at the first call)."""
         if warm.in_process or warm.device.type != "cpu":
             return warm.ready(args, kwargs)
@@ -223,7 +223,7 @@ class _WarmChild:
     exits. It dies with its parent, ignores the parent's signal handlers, and says why it
     failed through a pipe."""
 
-    running: dict[int, "_WarmChild"] = {}
+    running: dict[int, _WarmChild] = {}
 
     def __init__(self, pid: int, reader: int):
         self.pid, self.reader = pid, reader
@@ -237,7 +237,7 @@ class _WarmChild:
             child.outcome(wait=True)
 
     @classmethod
-    def start(cls, fn, args: tuple, kwargs: dict) -> "_WarmChild":
+    def start(cls, fn, args: tuple, kwargs: dict) -> _WarmChild:
         reader, writer = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()

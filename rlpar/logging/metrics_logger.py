@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 
+from rlpar.errors import RunDirError
 from rlpar.logging.run_log import record_event
 from rlpar.logging.tags import tag_for
-from rlpar.errors import RunDirError
 
 NOT_PLOTTED = {"iteration"}
 log = logging.getLogger("rlpar")

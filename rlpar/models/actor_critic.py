@@ -12,9 +12,8 @@ and so never changes. `NumpyPolicy` reads the same state dict: keep the two in s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn

@@ -25,8 +25,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rlpar.models.cnn_shapes import (CNN_ENCODERS, IMPALA_CHANNELS, IMPALA_FEATURES, NATURE_FEATURES, SMALL_CHANNELS,
-                                     nature_size, pool_size, small_features)
+from rlpar.models.cnn_shapes import (
+    CNN_ENCODERS,
+    IMPALA_CHANNELS,
+    IMPALA_FEATURES,
+    NATURE_FEATURES,
+    SMALL_CHANNELS,
+    nature_size,
+    pool_size,
+    small_features,
+)
+
 
 def image_batch(obs: torch.Tensor, image_shape: tuple[int, ...], channels_last: bool) -> torch.Tensor:
     """uint8 rows [N, obs_dim] -> float images [N, C, H, W] in [0, 1]."""

@@ -47,7 +47,7 @@ class MultiAgentSpec:
         return any(spec.normalize_obs for _, spec in self.policies)
 
     @classmethod
-    def from_layout(cls, layout, make_spec, **options) -> "MultiAgentSpec":
+    def from_layout(cls, layout, make_spec, **options) -> MultiAgentSpec:
         """One PolicySpec per policy of an AgentLayout (rlpar/envs/pettingzoo.py), made by
         `make_spec` (the model group) with `options`; with a global state in the rows the actor
         reads the agent's own part of its row (a centralised critic reads all of it)."""

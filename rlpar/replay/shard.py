@@ -16,9 +16,9 @@ import os
 
 import numpy as np
 
+from rlpar.replay.frames import replay_storage
 from rlpar.replay.rate_limiter import RateLimiter
 from rlpar.replay.samplers import PrioritizedSampler
-from rlpar.replay.frames import replay_storage
 
 
 def transition_fields(obs_dim: int, obs_dtype: str = "float32", action_size: int = 0) -> dict:

@@ -7,12 +7,10 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlpar.config.changes import (RESUME_OVERRIDABLE, follow_placement, repeated_group_problems,
-                                  resume_change_problems)
+from rlpar.config.changes import RESUME_OVERRIDABLE, follow_placement, repeated_group_problems, resume_change_problems
 from rlpar.config.validate import ConfigError, resume_dir_problem
 from rlpar.errors import first_line
 from rlpar.runtime.run_dir import unsigned_code
-
 
 
 def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None) -> DictConfig:

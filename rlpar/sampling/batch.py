@@ -104,7 +104,7 @@ class Batch:
         return min(self.policy_versions)
 
     @staticmethod
-    def concat(batches: list["Batch"], arrays: dict[str, np.ndarray] | None = None) -> "Batch":
+    def concat(batches: list[Batch], arrays: dict[str, np.ndarray] | None = None) -> Batch:
         """Join workers' batches along the environment axis, in worker order; their episodes in
         the canonical order (finish step, environment column).
 
@@ -138,7 +138,7 @@ class Batch:
                     for name in dict.fromkeys(name for b in batches for name in b.extras)},
         )
 
-    def columns(self, columns: np.ndarray, obs_width: int | None = None) -> "Batch":
+    def columns(self, columns: np.ndarray, obs_width: int | None = None) -> Batch:
         """Some of its columns as a batch of their own (a policy's agents: rlpar.algos.mappo), rows
         cut to their first `obs_width` values; the agents' episodes of those columns, renumbered.
         Its steps are agent steps."""
@@ -161,7 +161,7 @@ class Batch:
         arrays = (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS, *RECURRENT_FIELDS)
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in arrays}
 
-    def copy(self) -> "Batch":
+    def copy(self) -> Batch:
         """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
         arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
         arrays["states"] = None if self.states is None else self.states.copy()
@@ -187,7 +187,7 @@ def concat_obs_sums(sums):
     return tuple(np.concatenate([part[i] for part in sums]) for i in range(2))
 
 
-def raw_obs_moments(batch: "Batch") -> tuple[np.ndarray, np.ndarray, int] | None:
+def raw_obs_moments(batch: Batch) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Mean, variance and count of the batch's raw observations (for the observation normaliser)."""
     if batch.raw_obs_sums is None:
         return None

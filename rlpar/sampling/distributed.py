@@ -19,7 +19,6 @@ from rlpar.sampling.inference import InferenceServer, RayInferenceClient
 from rlpar.sampling.pool import WorkerPoolSampler
 from rlpar.sampling.services import ActorService, Service
 
-
 INLINE_WEIGHT_BYTES = 256 * 1024  # weights x workers: below this, requests carry the weights themselves
 
 

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
 from rlpar.envs.envpool_vector import EPISODE_CUT
+from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
 from rlpar.envs.recovering import RESEED_STRIDE
 from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn
 from rlpar.envs.state_pickle import described, dumps_env_state, state_dropped_message

@@ -18,7 +18,7 @@ with the batch), and a new generation gets a new address.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from rlpar.errors import ServiceLost
 

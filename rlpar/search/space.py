@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.search_space import DISTRIBUTIONS, flatten_space, is_distribution
 
+
 def space_problems(space: dict | None, cfg: DictConfig) -> list[str]:
     """Every problem with the space, for the up-front validation."""
     flat = flatten_space(space)
