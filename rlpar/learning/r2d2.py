@@ -48,12 +48,15 @@ def sequence_targets(*, q_target, rewards, discounts, real, n: int, q_online=Non
     total = torch.zeros_like(rewards)
     weight = torch.ones_like(rewards)  # D_{t,k} while step t + k is real
     reach = torch.zeros_like(rewards, dtype=torch.long)  # m: the window's real steps
+
+    def pad(x, k, fill=0.0):  # x from step k on, its last k steps `fill`
+        return torch.cat([x[k:], x.new_full((k, *x.shape[1:]), fill)])
+
     for k in range(n):
-        pad = lambda x, fill=0.0: torch.cat([x[k:], x.new_full((k, *x.shape[1:]), fill)])
-        present = pad(real)
-        total = total + weight * present * pad(rewards)
+        present = pad(real, k)
+        total = total + weight * present * pad(rewards, k)
         reach = reach + present.long()
-        weight = torch.where(present.bool(), weight * pad(discounts, 1.0), weight)
+        weight = torch.where(present.bool(), weight * pad(discounts, k, 1.0), weight)
     # The observation after the window: x_{t+m} (m >= 1 on a real step).
     after = (torch.arange(L, device=rewards.device).unsqueeze(1) + reach.clamp(min=1)).clamp(max=L)
     targets = total + weight * bootstrap.gather(0, after)

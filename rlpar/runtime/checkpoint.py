@@ -191,7 +191,7 @@ def _short_reason(err: Exception) -> str:
     text = str(err)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1]
-    line = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    line = next((row.strip() for row in text.splitlines() if row.strip()), "")
     line = line.split(". ", 1)[0]
     if not line:
         return f"{type(err).__name__}: empty or truncated file" if isinstance(err, EOFError) else type(err).__name__

@@ -224,7 +224,7 @@ class DistributedSampler(WorkerPoolSampler):
         """Every round (a restarted server has none), waited for: in blocking mode the round's
         first step must act with exactly these weights."""
         weights_ref = self._stored_weights(weights, version)
-        for attempt in range(50):
+        for _attempt in range(50):
             try:
                 self.ray.get(self.inference.set_weights.remote(weights_ref, len(self.live) or self.num_workers))
                 return
