@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from hydra.utils import get_class, instantiate
@@ -26,7 +27,7 @@ log = logging.getLogger("rlpar")
 
 
 def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto",
-                      probe: EnvProbe | None = None) -> tuple[PolicySpec, bool]:
+                      probe: EnvProbe | None = None) -> tuple[PolicySpec | MultiAgentSpec, bool]:
     """The network matching the spaces of `env_spec`'s environments, read from `probe` (validation's
     probe of the same spec) or from one environment built here (`make_spec`: the model group,
     instantiated partially), and whether its observations are a Box vector: `auto` reward
@@ -41,6 +42,7 @@ def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None =
     try:
         if probe.agents is not None:  # a PettingZoo environment: a policy per agent group
             return MultiAgentSpec.from_layout(probe.agents, make_spec, **options), probe.vector_observations
+        assert probe.observation is not None  # a probe without a problem read the observation space
         return make_spec(**probe.observation.as_kwargs(), action=probe.action, **options), probe.vector_observations
     except ValueError as err:  # e.g. a Q-network for continuous actions
         raise ConfigError([f"model: {err}"]) from err
@@ -50,7 +52,8 @@ def sampling_defaults(parallel: dict, algo_cls) -> dict:
     """`auto` sync mode and policy-lag limit: the algorithm's own (IMPALA samples while learning)."""
     chosen = {}
     if parallel.get("sync_mode") == "auto":
-        sync_modes = get_class(parallel["_target_"]).sync_modes
+        sampler_cls: Any = get_class(parallel["_target_"])  # a Sampler subclass: its class attributes are read
+        sync_modes = sampler_cls.sync_modes
         chosen["sync_mode"] = algo_cls.sync_mode if algo_cls.sync_mode in sync_modes else "blocking"
     if parallel.get("max_policy_lag") == "auto":
         chosen["max_policy_lag"] = algo_cls.max_policy_lag
@@ -60,12 +63,12 @@ def sampling_defaults(parallel: dict, algo_cls) -> dict:
 def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: EnvProbe | None = None) -> Trainer:
     """`env_probe`: validation's probe of this config's environment (rlpar.envs.probe), reused
     rather than building another; None: one environment is built here to read its spaces."""
-    container = OmegaConf.to_container(cfg, resolve=True)
+    container = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     run_dir = Path(container["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(container["hardware"]["torch_threads"])
     algo = container["algo"]
-    algo_cls = get_class(algo["_target_"])
+    algo_cls: Any = get_class(algo["_target_"])  # an Algorithm subclass: its class attributes are read
     env_spec = resolve_env_spec(**container["env"], centralised_critic=getattr(algo_cls, "centralised_critic", False))
     policy_spec, box_observations = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"),
                                                       probe=env_probe,

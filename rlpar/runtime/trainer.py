@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -68,7 +69,7 @@ class Trainer:
         self.frames_per_step = frames_per_step(env_spec)  # Atari: emulator frames per agent step
         self.run_config = run_config
         self.check_run_dir = None  # called before each iteration's writes: is the run directory still ours?
-        self.release_run_dir = None  # called by close(): the lock build_trainer took (not run()'s own)
+        self.release_run_dir: Callable[[], None] | None = None  # called by close(): the lock build_trainer took (not run()'s own)
 
     @property
     def sampler(self):
