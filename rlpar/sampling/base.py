@@ -40,7 +40,7 @@ class Sampler(ABC):
     worker_envs: int  # environments in one worker's rollout
     rollout_length: int  # steps per environment in a rollout
     # What it supports, for validation and the build:
-    sync_modes = ("blocking", "non_blocking")
+    sync_modes: tuple[str, ...] = ("blocking", "non_blocking")
     in_learner_process = False  # its environments step in the learner's process (no copies between processes)
     uses_ray = False
     learner_groups = False  # can start a learner group (learners > 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -163,9 +164,9 @@ class Batch:
 
     def copy(self) -> Batch:
         """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
-        arrays = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
+        arrays: dict[str, Any] = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
         arrays["states"] = None if self.states is None else self.states.copy()
-        details = {name: list(value) if isinstance(value, list) else value for name, value in self.details().items()}
+        details: dict[str, Any] = {name: list(value) if isinstance(value, list) else value for name, value in self.details().items()}
         details["extras"] = {name: list(entries) for name, entries in self.extras.items()}
         return Batch(**arrays, **details)
 

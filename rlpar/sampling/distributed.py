@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from rlpar.errors import EnvironmentFailedError
 from rlpar.sampling.batch import Batch
@@ -46,7 +47,7 @@ def learner_room_problem(config) -> str | None:
     that cannot fit beside the env runners would wait for room that never comes."""
     learners, workers = config.get("learners"), config.get("workers")
     per_learner, per_worker = config.get("ray.cpus_per_learner"), config.get("ray.cpus_per_worker")
-    cpus = config.get("ray.num_cpus") or os.cpu_count()
+    cpus = config.get("ray.num_cpus") or os.cpu_count() or 0
     numbers = (learners, workers, per_learner, per_worker, cpus)
     if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0 for n in numbers) or learners < 2:
         return None
@@ -122,11 +123,12 @@ class DistributedSampler(WorkerPoolSampler):
                                    enable_task_events=False)
         self.runner_cls = ray.remote(EnvRunner).options(**self.runner_options)
         self.runners: list = [None] * self.num_workers
-        self.locations: list[tuple[str, int] | None] = [None] * self.num_workers
+        self.locations: list[tuple[str, int, str | None] | None] = [None] * self.num_workers  # node, pid, group
         self.location_refs: dict = {}  # object ref -> starting worker
         self.pending: dict = {}  # object ref -> worker index
-        self._weights_ref, self._weights_version = None, None
-        self.inference = self._start_inference_server() if self.central_inference else None
+        self._weights_ref: Any = None  # a Ray object reference
+        self._weights_version: int | None = None
+        self.inference: Any = self._start_inference_server() if self.central_inference else None  # an actor handle
         # Not waited for here: runners boot while the learner and logger are being built.
         self.start_workers()
 
@@ -152,7 +154,8 @@ class DistributedSampler(WorkerPoolSampler):
         # Only onto free CPUs: a node others fill would take no runner, and it would be tried again and again.
         room = {node: int(free.get("CPU", 0) / self.cpus_per_worker + 1e-9)
                 for node, free in available_resources_per_node().items()}
-        for worker, node in plan_moves({w: self.locations[w][0] for w in self.live if self.locations[w]}, hosts, room):
+        placed = {w: loc[0] for w in self.live if (loc := self.locations[w])}
+        for worker, node in plan_moves(placed, hosts, room):
             self._relaunch(worker, node=node)
             self.worker_moves += 1
 
@@ -198,7 +201,7 @@ class DistributedSampler(WorkerPoolSampler):
 
         def start(state: dict | None):
             self.connection.check(calling_gcs=True)
-            options = {"num_cpus": 0}
+            options: dict[str, Any] = {"num_cpus": 0}
             if node_index is not None:
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -307,14 +310,14 @@ class DistributedSampler(WorkerPoolSampler):
         return [loc[1] if loc else None for loc in self.locations]
 
     def num_nodes(self) -> int:
-        return len({self.locations[w][0] for w in self.live if self.locations[w]})
+        return len({loc[0] for w in self.live if (loc := self.locations[w])})
 
     def metrics(self) -> dict:
         metrics = {**super().metrics(), "worker_moves": self.worker_moves}
         if self.placement_group is not None:  # a search trial: its runners should all be in its group
             group = self.placement_group.id.hex()
             metrics["runners_in_placement_group"] = sum(
-                1 for w in self.live if self.locations[w] and self.locations[w][2] == group)
+                1 for w in self.live if (loc := self.locations[w]) and loc[2] == group)
         return metrics
 
     def close(self) -> None:
@@ -344,7 +347,7 @@ def plan_moves(placed: dict[int, str], hosts: list[str], room: dict[str, int] | 
     for worker in sorted(placed):
         on_node.setdefault(placed[worker], []).append(worker)
     share = len(placed) // len(hosts)
-    moves = []
+    moves: list[tuple[int, str]] = []
     for node in sorted(hosts, key=lambda n: len(on_node[n])):
         while len(on_node[node]) < share and room.get(node, len(placed)) > 0:
             room[node] = room.get(node, len(placed)) - 1

@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 from multiprocessing import connection
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,8 @@ class ServerStats:
     def take(self) -> dict:
         stats = {"inference_batches": self.batches, "inference_batch_mean": self.rows / max(self.batches, 1),
                  "inference_busy_s": self.busy_s}
-        self.__init__()
+        self.batches = self.rows = 0
+        self.busy_s = 0.0
         return stats
 
 
@@ -151,6 +153,7 @@ class SharedMemoryInferenceClient:
         self.arrays["request_obs"][:] = raw_obs
         self.arrays["request_noise"][:] = noise
         if self.states is not None:
+            assert state is not None  # a recurrent policy's client is given its state
             codes, values = self.states.request(state)
             self.arrays["request_state_code"][:] = codes
             self.arrays["request_state"][codes == SET] = values
@@ -163,6 +166,7 @@ class SharedMemoryInferenceClient:
         if self.conn.recv_bytes() != ANSWERED:
             raise EOFError("the learner closed central inference")
         if self.states is not None:
+            assert state is not None
             self.states.replied(state, self.arrays["reply_state"])
         return tuple(self.arrays[name].copy() for name in REPLIES)
 
@@ -224,7 +228,7 @@ class SharedMemoryInference:
                 if not by_conn:
                     time.sleep(0.01)
                     continue
-                ready = connection.wait(list(by_conn), timeout=0.05)
+                ready: list[Any] = connection.wait(list(by_conn), timeout=0.05)  # the workers' Connections
                 deadline = time.monotonic() + self.wait_s
                 while ready and len(ready) < len(by_conn) and time.monotonic() < deadline:
                     rest = [c for c in by_conn if c not in ready]
@@ -322,7 +326,7 @@ class InferenceServer:
         """Replies for a runner's environments; a recurrent policy's are rows [first_env,
         first_env + N) of the run, their entering states from `codes` (inference_states)."""
         self.has_weights.wait()
-        request = (raw_obs, noise)
+        request: tuple = (raw_obs, noise)
         if codes is not None:
             request += (np.arange(first_env, first_env + len(raw_obs)), codes, set_values)
         with self.changed:
@@ -338,6 +342,7 @@ class InferenceServer:
                     self.changed.wait(left)
         if batch.error is not None:
             raise batch.error
+        assert batch.replies is not None  # answered without an error
         return tuple(reply[index] for reply in batch.replies)
 
     def _answer(self, batch: _PendingBatch) -> None:

@@ -18,6 +18,7 @@ import signal
 import time
 import traceback
 from multiprocessing import connection
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from rlpar.sampling.services import InProcessService, Service, built_here
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 
 
-def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, np.ndarray]:
+def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, Any]:  # Batch(**...)'s arrays
     return {k: (v[cols] if k in PER_ENV_FIELDS else v[:, cols]) for k, v in arrays.items()}
 
 
@@ -94,10 +95,11 @@ class MultiprocessSampler(WorkerPoolSampler):
         self.layout = self.worker_class.batch_layout(self.policy_spec, self.rollout_length, self.num_envs)
         self.blocks, self.arrays = create_shared_arrays(self.layout)
         self.block_names = {key: block.name for key, block in self.blocks.items()}
-        self.context = mp.get_context(start_method)
+        self.context: Any = mp.get_context(start_method)  # a fork, forkserver or spawn context
         self.conns: list = [None] * self.num_workers
         self.processes: list = [None] * self.num_workers
-        self.inference, self.inference_version = None, None
+        self.inference: SharedMemoryInference | None = None
+        self.inference_version: int | None = None
         try:
             if self.central_inference:
                 self.inference = SharedMemoryInference(policy_spec=self.policy_spec, num_envs=self.num_envs,
@@ -126,14 +128,17 @@ class MultiprocessSampler(WorkerPoolSampler):
         self.conns[worker], self.processes[worker] = parent, proc
 
     def _inference_client(self, worker: int):
+        assert self.inference is not None  # called with central inference only
         return self.inference.client(worker, self.context)
 
     def _set_inference_weights(self, weights: dict, version: int) -> None:
+        assert self.inference is not None
         if version != self.inference_version:
             self.inference.set_weights(weights)
             self.inference_version = version
 
     def _inference_metrics(self) -> dict:
+        assert self.inference is not None
         return self.inference.metrics()
 
     def _receive(self, worker: int, kind: str):
@@ -152,7 +157,7 @@ class MultiprocessSampler(WorkerPoolSampler):
             return WorkerFailure(f"sent {message[0]!r} instead of {kind!r}")
         return message[1]
 
-    def _answers(self, workers: set[int], timeout: float | None, kind: str) -> list[tuple[int, object]]:
+    def _answers(self, workers: set[int], timeout: float | None, kind: str) -> list[tuple[int, Any]]:
         """(worker, payload or WorkerFailure) of each of `workers` that has sent something,
         after waiting up to `timeout` for the first."""
         by_conn = {self.conns[w]: w for w in workers}
@@ -212,8 +217,8 @@ class MultiprocessSampler(WorkerPoolSampler):
 
     def close(self) -> None:
         self.stop_services()
-        if getattr(self, "inference", None) is not None:  # first: a worker waiting for actions then reads end-of-file
-            self.inference.close()
+        if (inference := getattr(self, "inference", None)) is not None:  # first: a worker waiting for actions then reads end-of-file
+            inference.close()
             self.inference = None
         live = [(c, p) for c, p in zip(getattr(self, "conns", []), getattr(self, "processes", [])) if c is not None]
         for conn, _ in live:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import abstractmethod
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ class WorkerPoolSampler(Sampler):
         self.last_failure = ""
         self._metrics: dict = {}
         self.central_inference = inference == "central"
-        self.inference_options = {"wait_ms": inference_wait_ms, "device": inference_device,
+        self.inference_options: dict[str, Any] = {"wait_ms": inference_wait_ms, "device": inference_device,
                                   "backend": None if inference_backend == "auto" else inference_backend}
 
     def worker_kwargs(self, worker: int) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class RolloutWorker:
         self.noise_carry: np.ndarray | None = None
         self.last_rollout_end: float | None = None  # for the time this worker sat idle between rollouts
         self.env_state_problem: str | None = None  # why checkpoints keep no environment state (get_state)
-        self.env_name = env_spec.id or env_spec.entry_point
+        self.env_name = env_spec.id or str(env_spec.entry_point)
 
     def set_weights(self, weights: dict, version: int) -> None:
         self.policy.set_weights(weights)
@@ -102,7 +103,7 @@ class RolloutWorker:
             return {}
         env_fns = getattr(self.venv, "env_fns", None)  # SyncVectorEnv keeps its (unpicklable) factories
         if env_fns is not None:
-            self.venv.env_fns = None
+            self.venv.env_fns = None  # type: ignore[attr-defined]  # SyncVectorEnv's, read by getattr above
         try:
             env_bytes = dumps_env_state(self.venv)
         except Exception as err:  # an environment's own objects: any exception
@@ -111,7 +112,7 @@ class RolloutWorker:
             return {}
         finally:
             if env_fns is not None:
-                self.venv.env_fns = env_fns
+                self.venv.env_fns = env_fns  # type: ignore[attr-defined]
         return {
             "venv": {SIGNED_PICKLE: torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8),
                      "hmac_sha256": sign(env_bytes)},
@@ -134,7 +135,7 @@ class RolloutWorker:
         if "venv" not in state:
             return
         try:
-            venv = loads_signed(state["venv"][SIGNED_PICKLE].numpy().tobytes(), state["venv"].get("hmac_sha256"))
+            venv: Any = loads_signed(state["venv"][SIGNED_PICKLE].numpy().tobytes(), state["venv"].get("hmac_sha256"))
         except UntrustedPickleError:
             raise
         except Exception as err:  # the environment's own code, or code that has changed since it was saved

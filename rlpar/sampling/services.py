@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from rlpar.errors import ServiceLost
 
@@ -114,8 +115,9 @@ class Service:
         """Take a copy of the service's state to restart it from, should it die (nothing to do
         for one in this process: it dies only with the learner)."""
 
-    def state(self) -> dict:
-        """Its state for a checkpoint: its current one, or (an actor) the newest copy kept."""
+    def state(self) -> dict | None:
+        """Its state for a checkpoint: its current one, or (an actor) the newest copy kept (None:
+        none kept yet)."""
         raise NotImplementedError
 
     def report_lost(self, generation: int) -> None:
@@ -140,7 +142,7 @@ class Service:
 
 
 class InProcessService(Service):
-    def __init__(self, *, start: Callable[[dict | None], object], reachable: bool, shared: bool = False,
+    def __init__(self, *, start: Callable[[dict | None], Any], reachable: bool, shared: bool = False,
                  **service_kwargs):
         """`start(state)` builds the object; `reachable`: workers can call it (they run in
         this process, or share its memory: `shared`)."""
@@ -163,7 +165,7 @@ class InProcessService(Service):
     def tell(self, method: str, *args) -> None:
         getattr(self.instance, method)(*args)
 
-    def state(self) -> dict:
+    def state(self) -> dict | None:
         return self.instance.state()
 
     def restart(self, *, state: dict | None = None) -> None:
