@@ -202,9 +202,9 @@ class FrameStorage:
             intact = filled[filled >= oldest_kept]
             self._low_water = int(intact.min()) if len(intact) else np.iinfo(np.int64).max
         self._reported_below = max(self._reported_below, oldest_kept)
-        lost = np.concatenate(lost)
-        if len(lost):
-            self._lost.append(lost)
+        lost_items = np.concatenate(lost)
+        if len(lost_items):
+            self._lost.append(lost_items)
 
     def _oldest_frames(self) -> np.ndarray:
         return self._items.column("oldest_frame")

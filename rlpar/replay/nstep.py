@@ -33,7 +33,10 @@ class NStepWriter:
         self.n, self.gamma = int(n), float(gamma)
         # Open steps by environment id, right-aligned in n - 1 slots: observation, action, reward,
         # and whether the slot holds a step. Allocated on the first rollout (shapes come with it).
-        self._obs = self._actions = self._rewards = self._open = None
+        self._obs: np.ndarray | None = None
+        self._actions: np.ndarray | None = None
+        self._rewards: np.ndarray | None = None
+        self._open: np.ndarray | None = None
 
     def _grow(self, env_ids: np.ndarray, obs: np.ndarray, actions: np.ndarray) -> None:
         slots = self.n - 1
@@ -45,7 +48,8 @@ class NStepWriter:
             self._actions = np.zeros((0, slots, *actions.shape[2:]), actions.dtype)
             self._rewards = np.zeros((0, slots), np.float64)
             self._open = np.zeros((0, slots), bool)
-        elif self._obs.shape[2:] != obs.shape[2:] or self._actions.shape[2:] != actions.shape[2:]:
+        assert self._actions is not None and self._rewards is not None and self._open is not None
+        if self._obs.shape[2:] != obs.shape[2:] or self._actions.shape[2:] != actions.shape[2:]:
             raise ValueError("observation or action shape changed between rollouts")
         extra = needed - len(self._open)
         if extra > 0:
@@ -76,6 +80,8 @@ class NStepWriter:
         T = len(rewards)
         valid = np.asarray(valid, bool)
         ended = (np.asarray(terminated, bool) | np.asarray(truncated, bool)) & valid
+        assert self._obs is not None and self._actions is not None and self._rewards is not None  # _grow's
+        assert self._open is not None
         open_before = self._open[env_ids].T  # [slots, N]
         # An autoreset step only ever follows an episode end, which closed everything: anything
         # else would mean the columns were not this environment's consecutive steps.
@@ -147,6 +153,7 @@ class NStepWriter:
 
         if self._obs is None:
             return {"n": self.n, "gamma": self.gamma}
+        assert self._actions is not None and self._rewards is not None and self._open is not None
         return {"n": self.n, "gamma": self.gamma, "obs": torch.from_numpy(self._obs.copy()),
                 "actions": torch.from_numpy(self._actions.copy()), "rewards": torch.from_numpy(self._rewards.copy()),
                 "open": torch.from_numpy(self._open.copy())}
