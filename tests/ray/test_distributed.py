@@ -166,9 +166,9 @@ def test_distributed_central_inference_keeps_recurrent_states_as_workers_do(clus
     assert metrics["inference_batches"] > 0
 
 
-@pytest.mark.parametrize("common", [("algo=apex",), ("algo=sac", "env=pendulum", "model.hidden_sizes=[32,32]")])
+@pytest.mark.parametrize("common", [("algo=apex",), ("algo=apex_sac", "env=pendulum", "model.hidden_sizes=[32,32]")])
 def test_apex_shards_on_both_nodes_and_a_killed_shard_is_restarted(cluster, make_cfg, tmp_path, common, caplog):
-    """Ape-X (and SAC's Ape-X-style mode) on the two-node cluster: actors write to two
+    """Ape-X (and the Ape-X-style SAC, algo=apex_sac) on the two-node cluster: actors write to two
     ReplayShard actors, one per node; the learner samples them. SIGKILL one shard's process: it
     is started again (empty), counted, said in one console line, and training goes on learning."""
     from rlpar.runtime.build import build_trainer
