@@ -122,7 +122,7 @@ class ConfigView:
     def algorithms_with(self, capability: str, value) -> str:
         """The algo group's options whose algorithm declares `capability` = `value` (or a tuple
         that holds it: `action_spaces`), those that learn this config's kind of environment (single-
-        or multi-agent) where there are any, as a list in words."""
+        or multi-agent) and run on its sampler (`needs_ray`) where there are any, as a list in words."""
         from rlpar.config.known_keys import algorithm_options
 
         multi_agent = self.get("env.kind") == "pettingzoo"
@@ -130,6 +130,8 @@ class ConfigView:
                  if declared.get(capability) == value
                  or isinstance(declared.get(capability), tuple) and value in declared[capability]]
         names = [name for name in names if bool(algorithm_options()[name].get("multi_agent")) == multi_agent] or names
+        if self.sampler is not None and not self.sampler.uses_ray:  # not those this sampler would refuse (apex_sac)
+            names = [name for name in names if not algorithm_options()[name].get("needs_ray")] or names
         return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
     def resolved(self) -> dict:

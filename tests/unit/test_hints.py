@@ -37,7 +37,15 @@ def test_every_algorithm_option_declares_the_action_spaces_it_learns():
     declared = {name: options.get("action_spaces") for name, options in algorithm_options().items()}
     assert all(declared.values()), declared
     assert [name for name, spaces in declared.items() if "Box" not in spaces] == ["apex", "async_dqn", "dqn"]
-    assert [name for name, spaces in declared.items() if "Discrete" not in spaces] == ["sac", "td3"]
+    assert [name for name, spaces in declared.items() if "Discrete" not in spaces] == ["apex_sac", "apex_td3", "sac", "td3"]
+
+
+@pytest.mark.slow
+def test_a_refusal_on_a_sampler_without_ray_suggests_no_algorithm_that_needs_ray():
+    """algo=apex_sac and apex_td3 learn Box actions too, but parallel=local would refuse them."""
+    assert suggested(refusal("algo=dqn", "env=pendulum", "parallel=distributed")) == [
+        "a2c", "a3c", "apex_sac", "apex_td3", "appo", "impala", "ppo", "sac", "td3"]
+    assert "apex_sac" not in suggested(refusal("algo=dqn", "env=pendulum", "parallel=multiprocess"))
 
 
 @pytest.mark.slow
