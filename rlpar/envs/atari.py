@@ -52,7 +52,9 @@ def register_ale() -> None:
 def needs_ale(env_id: str | None) -> bool:
     """An `ALE/...` id, or an id Gymnasium does not know yet that ale-py might register
     (`PongNoFrameskip-v4`)."""
-    return bool(env_id) and (env_id.startswith(ALE_NAMESPACE) or env_id not in gym.registry)
+    if not env_id:
+        return False
+    return env_id.startswith(ALE_NAMESPACE) or env_id not in gym.registry
 
 
 def ensure_registered(env_id: str | None) -> str | None:
@@ -63,7 +65,7 @@ def ensure_registered(env_id: str | None) -> str | None:
     try:
         register_ale()
     except ImportError as err:
-        if env_id.startswith(ALE_NAMESPACE):
+        if env_id and env_id.startswith(ALE_NAMESPACE):
             return f"env.id: '{env_id}' needs ale-py, which is not installed (pip install {ALE_PIN}; {err})"
     return None
 

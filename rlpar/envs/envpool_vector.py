@@ -207,7 +207,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = envpool_spaces(task_id, options)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self.pool = None
+        self.pool: Any = None  # EnvPool's pool (an untyped package), built by _build
         self.seeds: list[int] = []
         self.last_obs = None
         self.resume_steps = 0  # after unpickling: the truncating step, then the reset step (__setstate__)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -269,6 +269,7 @@ def _make_unwrapped_env(spec: EnvSpec) -> gym.Env:
         if spec.max_episode_steps:
             env = gym.wrappers.TimeLimit(env, max_episode_steps=spec.max_episode_steps)
         return env
+    assert spec.id is not None  # a spec names an entry point (above) or a registered id
     extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
     if is_ale_id(spec.id):  # registers ale-py's ids in this process (a worker, a Ray actor) first
         if spec.atari is None:
@@ -298,6 +299,7 @@ def has_native_vector_env(spec: EnvSpec) -> bool:
     prepare_env(spec)
     if spec.entry_point or spec.api == "old_gym" or is_ale_id(spec.id):
         return False  # ale-py's AtariVectorEnv preprocesses differently from make_env
+    assert spec.id is not None  # no entry point: a registered id
     return _has_seeded_native(spec) or gym.spec(spec.id).vector_entry_point is not None
 
 
@@ -324,12 +326,13 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
     if vector_mode(spec) == "envpool":
         return make_envpool_vector_env(spec, num_envs)
     if vector_mode(spec) == "native":
+        env_id = cast(str, spec.id)  # a registered id (None, with an entry point: gym.make_vec refuses it)
         if _has_seeded_native(spec):
-            env_cls, limit = SEEDED_NATIVE[spec.id]
+            env_cls, limit = SEEDED_NATIVE[env_id]
             return env_cls(num_envs=num_envs, max_episode_steps=spec.max_episode_steps or limit)
-        extra = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
+        extra: dict[str, Any] = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
         return gym.make_vec(
-            spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
+            env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
         )
     build = partial(make_env, spec)
     limits = _restart_limits(spec)
@@ -349,7 +352,11 @@ def make_parallel_env(spec: EnvSpec):
         import pettingzoo  # noqa: F401
     except ImportError:
         raise ImportError("env=pettingzoo needs PettingZoo (pip install 'rlpar[multiagent]', or requirements.txt)") from None
-    make = import_object(spec.entry_point, spec.import_dir) if spec.entry_point else module_env_factory(spec.id)
+    if spec.entry_point:
+        make = import_object(spec.entry_point, spec.import_dir)
+    else:
+        assert spec.id is not None  # a spec names an entry point or an id
+        make = module_env_factory(spec.id)
     return as_parallel_env(make(**spec.kwargs))
 
 

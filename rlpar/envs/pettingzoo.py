@@ -265,16 +265,16 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         """Environment k's agents' rows into `out` ([A, row_dim]); absent agents stay zero."""
         layout, env = self.layout, self.envs[k]
         out[:] = 0.0
-        flat = [None] * self.agents_per_env
+        flat: list[np.ndarray | None] = [None] * self.agents_per_env
         for a, agent in enumerate(layout.agents):
             if agent in observations:
-                flat[a] = gym.spaces.flatten(self.obs_spaces[a], observations[agent]).astype(np.float32)
+                flat[a] = np.asarray(gym.spaces.flatten(self.obs_spaces[a], observations[agent]), np.float32)
                 out[a, : layout.obs_dims[a]] = flat[a]
                 if layout.id_dims[a]:
                     out[a, self.id_columns[a]] = 1.0
         if layout.state_dim:
             if layout.state_from_env:
-                state = gym.spaces.flatten(env.state_space, env.state()).astype(np.float32)
+                state = np.asarray(gym.spaces.flatten(env.state_space, env.state()), np.float32)
             else:
                 state = np.concatenate([np.zeros(d, np.float32) if f is None else f
                                         for f, d in zip(flat, layout.obs_dims)])
@@ -300,8 +300,8 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         again (RESET_ATTEMPTS in all). Seeded as RecoveringEnv seeds: a rebuilt one deterministically."""
         if seed is not None:
             self._seeds[k] = seed
-        elif self._reseed[k] and self._seeds[k] is not None:
-            seed = self._seeds[k] + RESEED_STRIDE * self._rebuilds[k]
+        elif self._reseed[k] and (first := self._seeds[k]) is not None:
+            seed = first + RESEED_STRIDE * self._rebuilds[k]
         for attempt in range(RESET_ATTEMPTS):
             try:
                 observations, _ = self.envs[k].reset(seed=seed)
@@ -313,8 +313,8 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                 if attempt == RESET_ATTEMPTS - 1:
                     raise reset_failed(err, self.name) from err
                 self._rebuild(k, err)
-                if self._seeds[k] is not None:
-                    seed = self._seeds[k] + RESEED_STRIDE * self._rebuilds[k]
+                if (first := self._seeds[k]) is not None:
+                    seed = first + RESEED_STRIDE * self._rebuilds[k]
         if broken is not None:
             raise EnvironmentFailedError(f"environment {self.name} returned {broken} (at reset)")
         self._reseed[k] = False

@@ -46,13 +46,13 @@ class EnvProbe:
 
     @property
     def name(self) -> str:
-        return self.spec.id or self.spec.entry_point
+        return self.spec.id or str(self.spec.entry_point)
 
 
 def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
     """Build one environment of `spec`, describe its spaces, then reset it and take `steps` random
     steps (0: no reset, spaces only)."""
-    name = spec.id or spec.entry_point
+    name = spec.id or str(spec.entry_point)
     if spec.kind == "pettingzoo":
         return _probe_multi_agent(spec, name, steps)
     try:

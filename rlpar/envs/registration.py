@@ -122,8 +122,8 @@ def _plugins(env_id: str):
             found.append((point.name, point))
         elif point.group.startswith(PLUGIN_GROUP + "."):
             found.append((point.group[len(PLUGIN_GROUP) + 1:], point))
-    found = [(None if name in ROOT_NAMESPACES else name, point) for name, point in found]
-    return sorted(found, key=lambda item: (item[0] != namespace, -_likeness(env_id, item[1].module)))
+    by_namespace = [(None if name in ROOT_NAMESPACES else name, point) for name, point in found]
+    return sorted(by_namespace, key=lambda item: (item[0] != namespace, -_likeness(env_id, item[1].module)))
 
 
 def _call_plugin(namespace: str | None, point) -> None:
@@ -161,7 +161,9 @@ def _gymnasium_packages(env_id: str) -> list[str]:
 def _requires_gymnasium(requirement: str) -> bool:
     """`gymnasium>=1.0` yes, `gymnasium; extra == "envs"` no."""
     requirement, _, marker = requirement.partition(";")
-    return re.match(r"[A-Za-z0-9._-]*", requirement.strip()).group().lower() == "gymnasium" and "extra" not in marker
+    name = re.match(r"[A-Za-z0-9._-]*", requirement.strip())
+    assert name is not None  # `*` matches the empty string too
+    return name.group().lower() == "gymnasium" and "extra" not in marker
 
 
 def _top_level_modules(dist) -> set[str]:

@@ -42,7 +42,7 @@ class SeededCartPoleVectorEnv(gym.vector.VectorEnv):
                      "theta_threshold_radians", "x_threshold"):
             setattr(self, name, getattr(single, name))
         self.low, self.high = -0.05, 0.05  # Gymnasium's CartPole initial-state range
-        self.forces = np.array([-self.force_mag, self.force_mag])  # by action
+        self.forces = np.array([-single.force_mag, single.force_mag])  # by action
         self.single_observation_space, self.single_action_space = single.observation_space, single.action_space
         self.observation_space = batch_space(single.observation_space, num_envs)
         self.action_space = batch_space(single.action_space, num_envs)

@@ -12,6 +12,7 @@ choices per bit).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard, cast
 
 import gymnasium as gym
 import numpy as np
@@ -152,7 +153,7 @@ class ObservationInfo:
                 "channels_last": self.channels_last}
 
 
-def is_image_space(space: gym.Space) -> bool:
+def is_image_space(space: gym.Space) -> TypeGuard[gym.spaces.Box]:
     """uint8 Boxes of rank 2 (one channel) or 3 (channels first or last) are images."""
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
 
@@ -231,8 +232,8 @@ def _float_rows_fn(space: gym.Space):
     if isinstance(space, gym.spaces.Dict):
         parts = [(key, _float_rows_fn(sub)) for key, sub in space.spaces.items()]
         return lambda obs: np.concatenate([part(obs[key]) for key, part in parts], axis=1)
-    parts = [_float_rows_fn(sub) for sub in space.spaces]  # Tuple
-    return lambda obs: np.concatenate([part(obs[i]) for i, part in enumerate(parts)], axis=1)
+    in_order = [_float_rows_fn(sub) for sub in cast(gym.spaces.Tuple, space).spaces]  # Tuple
+    return lambda obs: np.concatenate([part(obs[i]) for i, part in enumerate(in_order)], axis=1)
 
 
 def observation_dim(space: gym.Space) -> int:
@@ -247,5 +248,5 @@ def observation_dim(space: gym.Space) -> int:
         return int(np.asarray(space.nvec).sum())
     if isinstance(space, gym.spaces.MultiBinary):
         return int(np.prod(space.shape))
-    subspaces = space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces
+    subspaces = space.spaces.values() if isinstance(space, gym.spaces.Dict) else cast(gym.spaces.Tuple, space).spaces
     return sum(observation_dim(sub) for sub in subspaces)
