@@ -151,6 +151,7 @@ class ActorCritic(ActorCriticBase):
     def value_scale(self, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The returns' running mean and standard deviation (value_norm)."""
         normalizer = self.value_normalizer
+        assert normalizer is not None  # value_norm on
         return normalizer.mean.to(dtype), (normalizer.var + VALUE_NORM_EPSILON).sqrt().to(dtype)
 
     def denormalised(self, values: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ move the actor only). NumpyActor reads `actor.*` of the same state dict: keep th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,7 +23,7 @@ from rlpar.models.numpy_acting import LOG_STD_BOUNDS
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
     from rlpar.models.actor_q_spec import ActorQSpec
 
-ACTIVATIONS = {"tanh": torch.tanh, "relu": F.relu, "elu": F.elu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"tanh": torch.tanh, "relu": F.relu, "elu": F.elu}
 LOG_2 = math.log(2.0)
 
 

@@ -50,7 +50,8 @@ def orthogonal_init(module: nn.Module, gain: float = math.sqrt(2)) -> None:
     for layer in module.modules():
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.orthogonal_(layer.weight, gain)
-            nn.init.zeros_(layer.bias)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
 
 
 class NatureEncoder(nn.Module):
@@ -124,8 +125,11 @@ class SmallEncoder(nn.Module):
         return F.relu(self.fc(x.flatten(1)))
 
 
-def build_encoder(name: str, image_shape: tuple[int, ...], hidden_sizes: tuple[int, ...]) -> nn.Module:
+def build_encoder(
+    name: str, image_shape: tuple[int, ...], hidden_sizes: tuple[int, ...]
+) -> NatureEncoder | ImpalaEncoder | SmallEncoder:
     """The encoder `name` for [N, C, H, W] images, initialised; `.features` is its output width."""
+    encoder: NatureEncoder | ImpalaEncoder | SmallEncoder
     if name == "nature":
         encoder = NatureEncoder(image_shape)
     elif name == "impala":

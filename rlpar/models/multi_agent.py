@@ -108,7 +108,7 @@ class MultiPolicyActing(NumpyActing):
     def act(self, obs: np.ndarray, noise: np.ndarray | None, state=None):
         """Actions, log-probabilities and values of normalised rows, each from its policy."""
         n = len(obs)
-        actions = np.zeros(*action_layout(self.spec.action, (n,)))
+        actions: np.ndarray = np.zeros(*action_layout(self.spec.action, (n,)))
         logp, values = np.zeros(n, np.float32), np.zeros(n, np.float32)
         for rows, copy, width in zip(self.rows(n), self.copies, self.widths):
             if len(rows):

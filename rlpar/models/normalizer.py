@@ -16,6 +16,10 @@ class ObservationNormalizer(nn.Module):
     worker of a round normalises with the same numbers (see NumpyPolicy.normalize).
     """
 
+    mean: torch.Tensor  # buffers (register_buffer), declared for the type checker
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, dim: int, enabled: bool, epsilon: float = 1e-4):
         super().__init__()
         self.enabled = enabled

@@ -10,11 +10,13 @@ or torch) chooses with `PolicyChoice`, every Q-network copy with `EpsilonGreedyC
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from rlpar.envs.spaces import ActionInfo, factor_columns
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
     "elu": lambda x: np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0))),

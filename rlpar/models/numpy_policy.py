@@ -8,7 +8,7 @@ so the two must agree on its layout (stacked actor/critic towers, see actor_crit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,7 @@ class WhitenedObservations:
     clipped as the learner's ObservationNormalizer does."""
 
     clip_obs, epsilon = 10.0, 1e-8
+    spec: Any  # the policy's spec, set by the class this is mixed into
 
     def _init_whitening(self, spec) -> None:
         self.obs_mean = np.zeros(spec.obs_dim, np.float32)

@@ -36,8 +36,9 @@ class QNetwork(nn.Module):
         self.image = spec.chosen_encoder != "mlp"
         self.pixels = spec.obs_dtype == "uint8"
         if self.image:
-            self.encoder = build_encoder(spec.chosen_encoder, spec.image_shape, spec.hidden_sizes)
-            features = self.encoder.features
+            encoder = build_encoder(spec.chosen_encoder, spec.image_shape, spec.hidden_sizes)
+            self.encoder: nn.Module = encoder
+            features = encoder.features
         else:
             sizes = [spec.obs_dim, *spec.hidden_sizes]
             layers = []

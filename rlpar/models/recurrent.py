@@ -17,7 +17,7 @@ for the workers.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -101,6 +101,7 @@ class RecurrentEncoding(nn.Module):
     """What both recurrent networks share: the encoder, the core, and features of raw rows."""
 
     recurrent = True
+    spec: Any  # the network's spec, set by the class this is mixed into
 
     def _build_recurrent(self, spec) -> int:
         self.image = spec.chosen_encoder != "mlp"
@@ -124,7 +125,8 @@ class RecurrentEncoding(nn.Module):
     def outputs_after(self, last_obs: torch.Tensor, final_state: torch.Tensor, last_valid: torch.Tensor) -> tuple:
         """The acting outputs for the observation after a sequence: one more step from its final
         state, zeroed where its last step was an autoreset step (the reset rule, as workers act)."""
-        return self.acting_outputs(last_obs, final_state * last_valid.unsqueeze(-1).to(final_state.dtype))[0]
+        # acting_outputs: the network's this is mixed into (mypy sees nn.Module's __getattr__)
+        return self.acting_outputs(last_obs, final_state * last_valid.unsqueeze(-1).to(final_state.dtype))[0]  # type: ignore[operator]
 
     def core_outputs(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
         """The core's outputs [T, E, H] and final state over observations [T, E, obs_dim]."""
@@ -153,7 +155,8 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
         h, final = self.core_outputs(obs, initial_state, valid)
         return self.actor(h), self.critic(h)[..., 0], final
 
-    def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):
+    # A recurrent network acts and evaluates from a state: its signatures extend the feed-forward ones.
+    def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):  # type: ignore[override]
         """One step for N environments: ((actor outputs, values), the next state)."""
         out, values, state = self.sequence_outputs(obs[None], state, None)
         return (out[0], values[0]), state
@@ -162,7 +165,7 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
         raise TypeError("a recurrent actor-critic reads sequences: use sequence_outputs or evaluate_actions with "
                         "initial_state and valid")
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, *,
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, *,  # type: ignore[override]
                          initial_state: torch.Tensor, valid: torch.Tensor):
         """Log-probabilities, entropies and values of the valid steps of sequences ([T, E, ...]
         observations and actions from `initial_state` [E, S]), flat and time-major, the order of
@@ -188,7 +191,7 @@ class RecurrentQNetwork(RecurrentEncoding, QNetwork):
         h, final = self.core_outputs(obs, initial_state, valid)
         return self.heads(h), final
 
-    def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):
+    def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):  # type: ignore[override]  # acts from a state
         """One step for N environments: ((Q-values,), the next state)."""
         q, state = self.q_sequence(obs[None], state, None)
         return (q[0],), state

@@ -74,6 +74,13 @@ class NetworkFields:
     encoder and acting copy `auto` resolves to, and the model group's rules."""
 
     kind = "actor_critic"  # what an algorithm's `model_kind` must be to learn with it (MODEL_KINDS)
+    # Fields of the dataclass this is mixed into, read here (declared for the type checker):
+    hidden_sizes: tuple[int, ...]
+    image_shape: tuple[int, ...]
+    encoder: str
+    acting: str
+    recurrent: str | None
+    recurrent_size: int
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
@@ -117,7 +124,7 @@ class NetworkFields:
         if model.get("normalize_obs") == "auto":
             model["normalize_obs"] = False
         try:
-            cls(**model, **probe.observation.as_kwargs(), action=probe.action)
+            cls(**model, **probe.observation.as_kwargs(), action=probe.action)  # type: ignore[call-arg]  # a dataclass
         except ValueError as err:
             return f"model: {err}"
         except Exception:  # noqa: BLE001 - unknown keys are reported by their own check
@@ -145,7 +152,7 @@ class NetworkFields:
     @property
     def state_size(self) -> int:
         """Values in one environment's recurrent state (0: feed-forward)."""
-        return {"lstm": 2 * self.recurrent_size, "gru": self.recurrent_size}.get(self.recurrent, 0)
+        return {"lstm": 2 * self.recurrent_size, "gru": self.recurrent_size}.get(self.recurrent or "", 0)
 
 
 @dataclass(frozen=True)
