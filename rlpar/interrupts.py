@@ -21,13 +21,14 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
+from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 INTERRUPTED_EXIT_CODE = 130
 
 # Process-wide, and only used once main.py installed its handlers (mode is not None): a library
 # caller's next run must not inherit an earlier run's stop.
-_process = {"mode": None, "signalled": False, "stopping": False}
+_process: dict[str, Any] = {"mode": None, "signalled": False, "stopping": False}
 
 
 def exit_at_once_on_signals() -> None:

@@ -70,7 +70,9 @@ def dumps_signed(obj) -> tuple[bytes, str]:
 
 def sign(data: bytes) -> str:
     """This user's signature of `data` (a pickle made elsewhere, e.g. rlpar.envs.state_pickle)."""
-    return _signature(user_key(create=True), data)
+    key = user_key(create=True)
+    assert key is not None  # create=True writes one, or raises
+    return _signature(key, data)
 
 
 def verify(data: bytes, signature) -> None:

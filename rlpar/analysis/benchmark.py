@@ -75,7 +75,7 @@ def row_key(run: Run) -> tuple:
 def _order(key: tuple) -> tuple:
     algo, env, mode, workers = key
     zoo_env = rl_zoo.zoo_env(env)
-    return (_ENV_ORDER.get(zoo_env, len(_ENV_ORDER)), env, ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER),
+    return (_ENV_ORDER.get(zoo_env or "", len(_ENV_ORDER)), env, ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER),
             algo, mode != "local", mode, workers)
 
 
@@ -127,7 +127,7 @@ def benchmark_rows(runs: list[Run]) -> list[dict]:
         mean, std = float(np.mean(values)), float(np.std(values))
         zoo = rl_zoo.reference(algo, env)
         episodes = sorted({int(evaluation.get("eval_episodes", 0)) for _, evaluation in members})
-        wall = [run.final.get("wall_time_s") for run, _ in members if run.final.get("wall_time_s") is not None]
+        wall = [seconds for run, _ in members if (seconds := run.final.get("wall_time_s")) is not None]
         ratio = rl_zoo.ratio(mean, zoo.mean) if zoo else None
         hit = reached(mean, zoo)
         rows.append({

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import matplotlib.ticker
@@ -44,7 +45,7 @@ def grid_shape(panels: int) -> tuple[int, int]:
 def group_colors(keys) -> dict:
     """A colour per (mode, workers, envs), the same in every panel: a hue per mode, darker with more workers."""
     modes = sorted({key[0] for key in keys})
-    colors = {}
+    colors: dict[tuple, Any] = {}  # a matplotlib colour: a name or RGBA
     for index, mode in enumerate(modes):
         members = sorted(key for key in keys if key[0] == mode)
         if len(members) == 1:
@@ -79,7 +80,7 @@ def _label_axes(axes, columns: int, xlabel: str, ylabel: str) -> None:
 
 def plot_scaling(rows: list[dict], out_dir: Path) -> list[Path]:
     """FPS and parallel efficiency against workers, a panel per env and a line per parallel mode."""
-    written = []
+    written: list[Path] = []
     series: dict[tuple, list[dict]] = {}
     for row in rows:
         series.setdefault((row["env"], row["mode"]), []).append(row)
@@ -117,7 +118,7 @@ def plot_learning_curves(runs, out_dir: Path, thresholds: dict[str, float] | Non
     A panel per env; one legend for the figure, a colour per (mode, workers, envs) in every panel.
 
     `thresholds` overrides the return threshold per env, as in summary_rows."""
-    written = []
+    written: list[Path] = []
     groups = group_runs(runs)
     envs = sorted({key[0] for key in groups})
     if not envs:
@@ -159,7 +160,7 @@ def plot_benchmark_curves(groups: dict, out_dir: Path) -> list[Path]:
     import rlpar.analysis.rl_zoo as rl_zoo
     from rlpar.analysis.benchmark import curve_name
 
-    written = []
+    written: list[Path] = []
     folder = Path(out_dir) / "curves"
     for key, members in groups.items():
         algo, env, mode, workers = key
@@ -241,7 +242,7 @@ def _broken_at_exploits(rows: list[dict], x: str, metric: str) -> tuple[list, li
 
 def _finish(fig, axes, path: Path) -> Path:
     """One legend for the whole figure, right of the panels, so no panel's curves hide under it."""
-    legend = {}
+    legend: dict[str, Any] = {}
     for ax in axes:
         ax.grid(alpha=0.3)
         for handle, label in zip(*ax.get_legend_handles_labels()):

@@ -121,7 +121,7 @@ def read_metrics(path: Path, notes: list[str] | None = None) -> list[dict]:
     """A run's metrics.jsonl rows ([] before the first). A line that is not a row is skipped and
     the rows after it kept, with a note naming the file and line (in `notes`, else logged); a
     last line cut short by a kill is skipped without one."""
-    rows = []
+    rows: list[dict] = []
     if not path.exists():
         return rows
     data = path.read_bytes()

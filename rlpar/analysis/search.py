@@ -17,6 +17,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -92,15 +93,16 @@ class Search:
 
     def best_trial(self) -> str | None:
         """The trial best.yaml names, else the one whose metric got highest (lowest with mode: min)."""
-        named = next((str(self.best[k]) for k in ("trial", "trial_name", "name") if (self.best or {}).get(k)), None)
+        best = self.best or {}
+        named = next((str(best[k]) for k in ("trial", "trial_name", "name") if best.get(k)), None)
         if named in self.trials:
             return named
-        scores = {name: _extreme(run, self.metric, self.maximise) for name, run in self.trials.items()}
-        scores = {name: score for name, score in scores.items() if score is not None}
+        extremes = {name: _extreme(run, self.metric, self.maximise) for name, run in self.trials.items()}
+        scores = {name: score for name, score in extremes.items() if score is not None}
         if not scores:
             return None
         pick = max if self.maximise else min
-        return pick(scores, key=scores.get)
+        return pick(scores, key=lambda name: scores[name])
 
     def _row_of(self, name: str, run: Run) -> dict:
         """The row search.csv will have for a trial, from its run directory (status as Run.status)."""
@@ -126,7 +128,7 @@ def _extreme(run: Run, metric: str, maximise: bool) -> float | None:
     return max(values) if maximise else min(values)
 
 
-def _dotted(config: dict, key: str):
+def _dotted(config: Any, key: str):
     for part in key.split("."):
         config = config.get(part) if isinstance(config, dict) else None
     return config

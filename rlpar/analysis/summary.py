@@ -30,7 +30,7 @@ def summary_rows(runs: list[Run], thresholds: dict[str, float] | None = None) ->
 
     `thresholds` overrides the return threshold per env (see runs.return_threshold for the defaults)."""
     groups = group_runs(runs)
-    runs_of_env = defaultdict(list)
+    runs_of_env: defaultdict[str, list] = defaultdict(list)
     for (env_id, *_), members in groups.items():
         runs_of_env[env_id] += members
     rows = []

@@ -75,7 +75,7 @@ def set_auth_mode(mode: str) -> None:
     os.environ["RAY_AUTH_MODE"] = mode
     _state["mode_set"] = mode
     if "ray" in sys.modules:  # Ray caches its settings, RAY_AUTH_MODE included, once read
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # not in its stub
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()

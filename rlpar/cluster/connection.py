@@ -15,6 +15,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from rlpar.cluster.auth import cluster_auth_mode, require_token_auth, set_auth_mode, token_source, users_auth_mode
 from rlpar.cluster.errors import RayHeadLostError, RayInstanceLostError
@@ -63,7 +64,7 @@ def _prepare_environment(on_loopback: bool) -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def _join_with_clusters_auth(address: str) -> None:
+def _join_with_clusters_auth(address: str | None) -> None:
     """Use the authentication mode of the cluster at `address`, found out by asking it (see
     rlpar.cluster.auth); a Ray client address (ray://) keeps the old rule: token mode when a
     token of this user's is at hand and no mode is chosen."""
@@ -220,7 +221,8 @@ def _kill_started_since(earlier: set) -> None:
     starts nothing, and none dies to leave its children to init, out of sight."""
     import psutil
 
-    me, frozen = psutil.Process(), {}
+    me = psutil.Process()
+    frozen: dict[Any, Any] = {}  # identity -> process
     for _ in range(50):
         new = [p for p in me.children(recursive=True) if _identity(p) not in earlier | frozen.keys()]
         if not new:
@@ -278,7 +280,7 @@ class PrivateInstance:
 
         self.ray = ray
         self.psutil = psutil
-        self.processes: dict[tuple[int, float], object] = {}  # (pid, start time) -> psutil.Process
+        self.processes: dict[tuple[int, float], Any] = {}  # (pid, start time) -> psutil.Process
         node = ray._private.worker._global_node
         self.vital = {name: info.process for name in VITAL_PROCESSES
                       for info in getattr(node, "all_processes", {}).get(name, [])}  # Popen: children of this process

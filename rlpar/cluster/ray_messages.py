@@ -33,5 +33,5 @@ def quiet_expected_warnings(ray) -> None:
             if not any(text in str(line) for text in EXPECTED):
                 log.info("(%s) %s", source, line, extra=FILE_ONLY)
 
-    to_main_log.rlpar_filtered = True
-    worker.print_to_stdstream = to_main_log
+    to_main_log.rlpar_filtered = True  # type: ignore[attr-defined]  # marks it as installed (idempotence)
+    worker.print_to_stdstream = to_main_log  # type: ignore[union-attr]  # not None: it has print_to_stdstream

@@ -17,7 +17,8 @@ import errno
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -160,6 +161,7 @@ def _oversized_tensor(value, limit: int, where: str = "") -> str | None:
     if isinstance(value, torch.Tensor):
         size = value.numel() * value.element_size()
         return f"{where or 'state'} {tuple(value.shape)} ({size:,} bytes)" if size > limit else None
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, Mapping):
         items = value.items()
     elif isinstance(value, (list, tuple)):

@@ -59,7 +59,9 @@ def code_references(config: dict) -> dict[str, object]:
                 walk(value, f"{path}[{i}]")
 
     walk(config, "")
-    env = config.get("env") if isinstance(config.get("env"), dict) else {}
+    env = config.get("env")
+    if not isinstance(env, dict):
+        env = {}
     for key in CODE_KEYS:
         named[key] = env.get(key.split(".", 1)[1])
     env_id = env.get("id")
