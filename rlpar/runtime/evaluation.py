@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -44,7 +45,7 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
             raise
     space = env.observation_space
     flatten = flatten_observation_fn(space)  # training's own rows, from a batch of one observation
-    batch = create_empty_array(space, 1)
+    batch: Any = create_empty_array(space, 1)  # the space's batch of one: an array, dict or tuple
     policy = policy_spec.acting_policy()
     policy.set_weights(weights)
     if stochastic and hasattr(policy, "epsilon"):

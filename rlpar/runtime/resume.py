@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -34,7 +35,7 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
     trusted = cfg.get("resume_trust", False)  # from the command line only: config.yaml cannot vouch for itself
     if trusted not in (True, False):
         raise ConfigError([f"resume_trust: {trusted!r} is not one of True, False"])
-    if not trusted and (why := unsigned_code(run_dir, OmegaConf.to_container(saved, resolve=False))):
+    if not trusted and (why := unsigned_code(run_dir, cast(dict, OmegaConf.to_container(saved, resolve=False)))):
         raise ConfigError([f"resume: '{run_dir}': its config.yaml names code to import that this user's key did not "
                            f"sign: {why}; nothing was imported. If you trust that directory: python main.py "
                            f"resume={run_dir} resume_trust=true"])
@@ -61,6 +62,6 @@ def _load_saved_config(path: Path) -> DictConfig:
 def _overridden_keys() -> list[str]:
     if not HydraConfig.initialized():
         return []
-    task = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)  # `x=${y}` stays text
+    task = cast(list[str], OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False))  # `x=${y}` stays text
     return [o.split("=", 1)[0].lstrip("+~") for o in task]
 

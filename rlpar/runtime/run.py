@@ -7,6 +7,7 @@ import logging
 import os
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,7 +25,7 @@ from rlpar.runtime.run_dir import write_config
 
 
 def resolved_config(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)
+    return cast(dict, OmegaConf.to_container(cfg, resolve=True))
 
 
 def run(cfg: DictConfig, *, validated: bool = False, env_probe=None) -> dict:
@@ -134,7 +135,7 @@ def _layout_advice(cfg: DictConfig, env_spec) -> str | None:
     try:
         return oversubscribed_ray_advice(
             sampler=cfg.parallel.get("name"), workers=int(cfg.workers), env_name=env_spec.id or env_spec.entry_point,
-            cores=None if ray.get("address") else int(ray.get("num_cpus") or os.cpu_count()), step_cpu_s=measure_step)
+            cores=None if ray.get("address") else int(ray.get("num_cpus") or os.cpu_count() or 0), step_cpu_s=measure_step)
     except Exception:  # noqa: BLE001 - advice only: an environment that fails here is reported by training
         return None
 
@@ -166,7 +167,9 @@ def final_evaluation(trainer, run_dir: Path, episodes: int, *, stochastic: bool 
 def _newest_usable_checkpoint(run_dir: Path) -> dict:
     """The newest checkpoint that verifies; damaged newer ones are named, set aside and recorded."""
     skipped: list = []
-    path, state = latest_valid_checkpoint(run_dir, skipped)  # validation made sure there is one
+    found = latest_valid_checkpoint(run_dir, skipped)
+    assert found is not None  # validation made sure there is one
+    path, state = found
     for damaged, reason in skipped:
         kept_as = set_aside(damaged)
         print(f"rlpar: skipped checkpoint {damaged.name} ({reason}); resuming from {path.name} "

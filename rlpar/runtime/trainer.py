@@ -68,7 +68,7 @@ class Trainer:
         self._collapse_warned = False
         self.frames_per_step = frames_per_step(env_spec)  # Atari: emulator frames per agent step
         self.run_config = run_config
-        self.check_run_dir = None  # called before each iteration's writes: is the run directory still ours?
+        self.check_run_dir: Callable[[], None] | None = None  # called before each iteration's writes: is the run directory still ours?
         self.release_run_dir: Callable[[], None] | None = None  # called by close(): the lock build_trainer took (not run()'s own)
 
     @property
