@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import cast
 
 from rlpar import interrupts
 from rlpar.logging import startup
@@ -85,7 +86,7 @@ def train(argv: list[str]) -> None:
     `_leave_past_background_torch`)."""
     _import_from_launch_dir()
     sys.argv = [sys.argv[0], *_hydra_argv(argv)]  # Hydra reads its overrides and flags (-m, --cfg) there
-    exit_code = 0
+    exit_code: str | int | None = 0  # SystemExit's code
     try:
         try:
             _hydra_main()()
@@ -189,12 +190,13 @@ def run_job(cfg) -> float | None:
     startup.mark("python, imports and composing the config" if startup.start_job() else "composing the config")
     hydra_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        preset, overrides = None, []
+        preset = None
+        overrides: list[str] = []
         if cfg.get("resume"):
             cfg = config_for_resume(cfg)  # the run's own config: its preset was applied when it started
         else:
             hydra = HydraConfig.get()
-            overrides = OmegaConf.to_container(hydra.overrides.task, resolve=False)  # as typed: `x=${y}` stays text
+            overrides = cast(list[str], OmegaConf.to_container(hydra.overrides.task, resolve=False))  # `x=${y}` as typed
             cfg, preset = _job_preset(cfg, hydra, overrides)
             if not _preset_chosen_by_user:  # the rerun command of a search's best trial names what the user typed
                 from rlpar.config.presets import without_preset
@@ -344,7 +346,7 @@ def _refuse_if_invalid(argv: list[str]) -> None:
         cfg = compose_config(args.overrides)
     except Exception:  # noqa: BLE001 - anything else wrong with the command: Hydra says it in its own words next
         return
-    if OmegaConf.to_container(cfg, resolve=False)["run_dir"] == "${hydra:runtime.output_dir}":
+    if cast(dict, OmegaConf.to_container(cfg, resolve=False))["run_dir"] == "${hydra:runtime.output_dir}":
         with open_dict(cfg):
             cfg.run_dir = str(Path.cwd() / "outputs")  # where Hydra would make the run's directory
     try:

@@ -22,6 +22,7 @@ import csv
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rlpar.analysis import rl_zoo
 from rlpar.analysis.benchmark import COLUMNS as BENCHMARK_COLUMNS
@@ -91,7 +92,7 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
     out_dir = out_dir or sweep_dir
     if is_search_dir(sweep_dir):
         return write_search_report(sweep_dir, out_dir, thresholds)
-    notes = []  # runs skipped, metrics lines skipped
+    notes: list[str] = []  # runs skipped, metrics lines skipped
     runs = load_runs(sweep_dir, notes) if Path(sweep_dir).is_dir() else []
     for note in notes:
         print(f"rlpar.report: {note}", file=sys.stderr)
@@ -146,7 +147,9 @@ def policies_section(runs, sweep_dir: Path) -> list[str]:
     lines = []
     for run in runs:
         last = next((row for row in reversed(run.metrics) if "team_return_mean" in row), None)
-        for key in sorted(k for k in last or () if k.endswith("/agent_return_mean")):
+        if last is None:
+            continue
+        for key in sorted(k for k in last if k.endswith("/agent_return_mean")):
             lines.append(f"| {run.path.relative_to(sweep_dir) if run.path != sweep_dir else run.path.name} | "
                          f"{key.split('/')[0]} | {last[key]:.2f} | {last['team_return_mean']:.2f} | {last['env_steps']:,} |")
     if not lines:
@@ -298,7 +301,7 @@ def write_search_report(search_dir: Path, out_dir: Path, thresholds: dict[str, f
     envs = sorted({run.env_id for run in runs})
     _warn_unknown_thresholds(thresholds, envs)
     threshold = None
-    threshold_rows = []
+    threshold_rows: list[dict[str, Any]] = []
     if search.metric == "episode_return_mean":
         for env in envs:
             value, source = return_threshold(env, [r for r in runs if r.env_id == env], thresholds)
