@@ -157,7 +157,7 @@ def _start_wandb(run_dir: Path, config: dict | None, project: str = "rlpar", mod
     os.environ.setdefault("WANDB_SILENT", "true")
     return wandb.init(
         project=project,
-        mode=mode,
+        mode=mode,  # type: ignore[arg-type]  # logger.wandb_mode from the config: wandb checks it
         dir=str(run_dir),
         config=config,
         group=group,

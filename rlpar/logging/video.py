@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ def read_video(path: str | Path) -> tuple[list[np.ndarray], float]:
     """The frames of a video file (RGB, uint8) and its frames per second, read with ffmpeg."""
     import imageio.v2 as imageio
 
-    reader = imageio.get_reader(str(path), format="FFMPEG")
+    reader: Any = imageio.get_reader(str(path), format="FFMPEG")  # an ffmpeg reader: frames by iteration
     try:
         fps = float(reader.get_meta_data().get("fps") or 30.0)
         frames = [np.asarray(frame) for frame in reader]
@@ -38,7 +39,7 @@ def gif_bytes(frames: list[np.ndarray], fps: float) -> tuple[bytes, int, int]:
     width, height = images[0].size
     if width > MAX_GIF_WIDTH:
         height, width = max(1, round(height * MAX_GIF_WIDTH / width)), MAX_GIF_WIDTH
-        images = [image.resize((width, height), Image.BILINEAR) for image in images]
+        images = [image.resize((width, height), Image.Resampling.BILINEAR) for image in images]
     buffer = io.BytesIO()
     images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], loop=0,
                    duration=max(20, round(1000 * stride / fps)))
@@ -77,7 +78,8 @@ def log_to_wandb(run_dir: str | Path, config: dict, wandb_options: dict, *, step
     try:
         row: dict = dict(scalars)
         if video is not None:
-            row[video_tag] = wandb.Video(str(video), format=Path(video).suffix.lstrip("."))
+            suffix: Any = Path(video).suffix.lstrip(".")  # one of wandb's formats (gif, mp4, ...): it checks
+            row[video_tag] = wandb.Video(str(video), format=suffix)
         run.log(row, step=step)
     finally:
         finish_wandb(run)
