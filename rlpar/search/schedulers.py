@@ -48,4 +48,5 @@ class ResumableASHA(AsyncHyperBandScheduler):
                 reached = next((row for row in history if row.get(self._time_attr, 0) >= milestone), None)
                 value = reached.get(self._metric) if reached else None
                 if isinstance(value, (int, float)) and math.isfinite(value):
+                    assert self._metric_op is not None  # Tune set the metric and its mode
                     recorded[history_file.parent.name] = self._metric_op * value

@@ -79,6 +79,7 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
                 tune.report(report)
                 continue
             with tempfile.TemporaryDirectory() as folder:  # Tune copies it into its storage
+                assert trainer.checkpointer is not None  # a trial's trainer checkpoints
                 shutil.copy(list_checkpoints(trainer.checkpointer.directory)[-1], folder)
                 (Path(folder) / WRITER).write_text(json.dumps({"trial_id": trial_id}))
                 tune.report(report, checkpoint=tune.Checkpoint.from_directory(folder))

@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hydra.utils import get_class, instantiate
@@ -127,7 +128,8 @@ class TuneSearch:
         """One placement group per trial: its learner, then one bundle per worker, so that a
         distributed trial's env runners cannot take another trial's CPUs."""
         learner = [{"CPU": self.learner_cpus}]
-        if get_class(base_config["parallel"]["_target_"]).in_learner_process:
+        sampler_cls: Any = get_class(base_config["parallel"]["_target_"])  # a Sampler subclass
+        if sampler_cls.in_learner_process:
             return learner
         return learner + [{"CPU": base_config["ray"]["cpus_per_worker"]}] * int(base_config["workers"])
 
@@ -210,7 +212,7 @@ def build_scheduler(scheduler: dict, space: dict, search_dir: Path | None = None
     gets the search space as its mutations, ResumableASHA the search's directory."""
     from rlpar.search.schedulers import ResumableASHA
 
-    options = {}
+    options: dict[str, Any] = {}
     if _is_population_based(scheduler):
         options["hyperparam_mutations"] = tune_space(space, for_mutation=True)
     elif issubclass(get_class(scheduler["_target_"]), ResumableASHA):
