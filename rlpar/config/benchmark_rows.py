@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import functools
+from typing import cast
 
 from rlpar.config.conf_dir import CONF_DIR
 
@@ -67,10 +68,10 @@ def row_config(row: dict) -> dict:
     total_steps and its own overrides."""
     from omegaconf import OmegaConf
 
-    config = OmegaConf.create({"env": {"id": row["env"]}, "workers": row["workers"], "total_steps": row["total_steps"]})
-    config = OmegaConf.merge(config, OmegaConf.from_dotlist(row["overrides"]))
+    base = OmegaConf.create({"env": {"id": row["env"]}, "workers": row["workers"], "total_steps": row["total_steps"]})
+    config = OmegaConf.merge(base, OmegaConf.from_dotlist(row["overrides"]))
     return {"defaults": [{"override /algo": row["algo"]}, {"override /parallel": row["parallel"]}],
-            **OmegaConf.to_container(config)}
+            **cast(dict, OmegaConf.to_container(config))}
 
 
 def row_names(table: str) -> str:

@@ -119,7 +119,7 @@ def _not_forwarded(cls: ast.ClassDef) -> set[str]:
     for node in cls.body:
         if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KEYWORDS_NOT_FORWARDED" for t in node.targets)
                 and isinstance(node.value, ast.Tuple)):
-            return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+            return {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
     return set()
 
 

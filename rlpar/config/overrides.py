@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rlpar.errors import first_line
 
@@ -193,7 +194,8 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
     unknown = []  # (key, advice to add it)
     for override in keys:
         key = override.key_or_group
-        node, found = cfg, []
+        node: Any = cfg  # a DictConfig, then the Node under each part
+        found: list[str] = []
         for part in key.split("."):  # by name, without resolving interpolations
             if not OmegaConf.is_dict(node) or part not in node.keys():
                 break
@@ -214,7 +216,7 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
     return [refused.get(key) or advice for key, advice in unknown]
 
 
-def _refused_when_added(overrides: list[str], keys: list[str], search_path: str) -> dict[str, str]:
+def _refused_when_added(overrides: list[str], keys: list[str], search_path: str) -> dict[str, str | None]:
     """What validation says about `keys` once added with `+` (the advice above), by key: a key
     its component does not take, or one an algorithm refuses (model.recurrent for SAC). Advice
     that would only be refused next is replaced by the refusal."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from functools import cached_property, partial
 from pathlib import Path
+from typing import cast
 
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
@@ -135,7 +136,7 @@ class ConfigView:
         return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
     def resolved(self) -> dict:
-        config = OmegaConf.to_container(self.cfg, resolve=True)
+        config = cast(dict, OmegaConf.to_container(self.cfg, resolve=True))
         config.pop("hydra", None)
         return config
 
@@ -450,7 +451,9 @@ def _check_machine_limits(c: ConfigView, workers) -> None:
     if not processes:
         return
     kind = _worker_process_kind(c)
+    assert kind is not None  # processes here: the sampler named their kind
     needed, available = processes * process_bytes, available_memory_bytes()
+    problem: str | None
     if needed > 0.9 * available:
         problem = (f"memory: they need about {needed / GIB:.1f} GiB ({process_bytes // 2**20} MiB each) but "
                    f"{available / GIB:.1f} GiB is available")
@@ -500,7 +503,7 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
 def _check_known_keys(c: ConfigView) -> None:
     from rlpar.config.known_keys import unknown_key_problems
 
-    config = OmegaConf.to_container(c.cfg, resolve=False)
+    config = cast(dict, OmegaConf.to_container(c.cfg, resolve=False))
     config.pop("hydra", None)
     try:
         c.problems.extend(unknown_key_problems(config))
