@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -82,7 +83,9 @@ class LearnerGroup:
         self.cpus_per_learner, self.torch_threads = cpus_per_learner, torch_threads
         self.timeout_s, self.max_restarts, self.log = timeout_s, max_restarts, log
         self.restarts, self.consecutive_failures = 0, 0
-        self.actors, self.placement, self.joined = [], None, False
+        self.actors: list = []  # Ray actor handles, rank 1 on
+        self.placement: Any = None  # Ray's PlacementGroup, made by start
+        self.joined = False
         self.rank_rngs: list[dict] | None = None  # ranks 1..N-1's random states after the last update
         self.locations: list[tuple[str, int]] = []
         self.start()

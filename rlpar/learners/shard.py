@@ -38,7 +38,7 @@ def minibatch_shares(valid: np.ndarray, columns: list[np.ndarray], orders: list[
         local[mine] = np.arange(int(mine.sum()))
     mb = min(minibatch_size, len(step_ranks))
     count = len(step_ranks) // mb if mb else 0
-    shares = [{"orders": [], "ends": []} for _ in columns]
+    shares: list[dict[str, list]] = [{"orders": [], "ends": []} for _ in columns]
     for order in orders:
         used = np.asarray(order[: count * mb])
         for rank, share in enumerate(shares):
