@@ -10,6 +10,7 @@ environment (whole rollouts by default), each unrolled from its stored state
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.actor_critic import ActorCriticLoss
@@ -67,7 +68,7 @@ class A2C(Algorithm):
         self.objective = ActorCriticLoss(gamma=gamma, advantage=advantage, n_steps=n_steps, gae_lambda=gae_lambda,
                                          value_coef=value_coef, entropy_coef=entropy_coef,
                                          normalize_advantages=normalize_advantages)
-        self.optimizer_settings = dict(optimizer=optimizer, lr=lr, optimizer_eps=optimizer_eps,
+        self.optimizer_settings: dict[str, Any] = dict(optimizer=optimizer, lr=lr, optimizer_eps=optimizer_eps,
                                        rmsprop_alpha=rmsprop_alpha)
         self.set_optimizer(build_optimizer(self.parameters, **self.optimizer_settings), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)

@@ -41,7 +41,7 @@ class AsyncDQN(A3C):
         self.target_update_every = target_update_every
         self.epsilons = SpreadEpsilons(num_envs=a3c_kwargs["sampler"].num_envs, epsilon=exploration_epsilon,
                                        alpha=exploration_alpha)
-        self.all_returns_mean = None
+        self.all_returns_mean: float | None = None
         super().__init__(**a3c_kwargs)
 
     def acting_options(self) -> dict:

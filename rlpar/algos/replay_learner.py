@@ -67,6 +67,7 @@ class ReplayLearner(Algorithm):
         self.writer = writer
         self.storage = replay_storage(capacity=capacity, fields=fields, stack=frame_stack,
                                       frames_per_transition=replay.frames_per_transition)
+        self.replay: PrioritizedSampler | UniformSampler
         if replay.prioritized:
             self.replay = PrioritizedSampler(capacity=capacity, alpha=replay.alpha, beta_start=replay.beta_start,
                                              beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)
@@ -113,6 +114,7 @@ class ReplayLearner(Algorithm):
         return {"replay_size": self.storage.size}
 
     def beta(self) -> float:
+        assert isinstance(self.replay, PrioritizedSampler)  # asked with a prioritised replay only
         return self.replay.beta
 
     def insert(self, batch) -> int:
@@ -168,7 +170,9 @@ class ReplayLearner(Algorithm):
         """Up to `most` minibatches from the replay (None: as many as it serves) with their
         importance weights and the learning rate, and where each came from (for its
         priorities): rank 0's part of an update, as it owns the replay."""
-        wheres, minibatches, weights = [], [], []
+        wheres: list = []
+        minibatches: list = []
+        weights: list = []
         while most is None or len(wheres) < most:
             drawn = self.next_minibatch()
             if drawn is None:
