@@ -42,7 +42,7 @@ class ShardedReplay:
     """Mixed in before a ReplayLearner subclass: `class ApeX(ShardedReplay, DQN)`."""
 
     sync_mode = "non_blocking"
-    max_policy_lag = None
+    max_policy_lag: int | None = None
     worker_class = PrioritizingWorker
     central_inference = False
     worker_duties = "prioritise their own replay with their own exploration rate"

@@ -62,6 +62,7 @@ def recurrent_rollout_terms(model, batch: Batch, device):
     value of the last observation, from the state after the last step (zeroed where that step
     was an autoreset step), as the workers act."""
     T, N = batch.rewards.shape
+    assert batch.states is not None  # a recurrent policy's rollout holds its states
     valid = torch.as_tensor(batch.valid, device=device)
     out, values, final_state = model.sequence_outputs(torch.as_tensor(batch.obs, device=device),
                                                       torch.as_tensor(batch.states[0], device=device), valid)

@@ -54,6 +54,7 @@ def step_tensors(arrays: dict, *, valid: np.ndarray, states: np.ndarray | None, 
     recurrent model's [L, P] pieces of `length` steps (None: whole rollouts) with their `valid`
     steps and stored `initial_state`."""
     if recurrent:
+        assert states is not None  # a recurrent policy's rollout holds its states
         return piece_tensors(arrays, states=states, valid=valid, length=length, device=device)
     return valid_step_tensors(arrays, valid, device)
 
