@@ -18,8 +18,8 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import torch
 
