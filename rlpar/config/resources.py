@@ -45,8 +45,8 @@ def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: in
                            object_store_bytes: int = 0) -> dict[str, int]:
     """Rough bytes of the largest things a run holds, by what they are.
 
-    - batch: observations (float32, or uint8 images) and float32 actions plus four float32 and three bool fields per step,
-      held `copies_of_batch` times (worker buffer or shared memory, object store, learner tensors);
+    - batch: observations (float32, or uint8 images) and float32 actions plus four float32 and three bool fields
+      per step, held `copies_of_batch` times (worker buffer or shared memory, object store, learner tensors);
     - learning: the whole batch through actor and critic at once (activations and their gradients);
     - network: actor and critic (float32), with gradients and two Adam moments on the learner and
       a numpy copy in every worker;

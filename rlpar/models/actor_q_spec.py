@@ -85,8 +85,8 @@ class ActorQSpec(NetworkFields):
         return ActorQ(self)
 
     def acting_policy(self, env_ids=None):
-        """The actor alone, in numpy (float32 with `acting=numpy32`); its noise scale (one, or one per environment of the run:
-        `env_ids` are the global ids this copy steps) comes with the weights."""
+        """The actor alone, in numpy (float32 with `acting=numpy32`); its noise scale (one, or one per
+        environment of the run: `env_ids` are the global ids this copy steps) comes with the weights."""
         from rlpar.models.numpy_actor import NumpyActor
 
         return NumpyActor(self, env_ids, dtype=self.acting_dtype)

@@ -59,8 +59,8 @@ class QNetworkSpec(NetworkFields):
 
     def acting_policy(self, env_ids=None):
         """ε-greedy, in numpy (workers never import torch; float32 with `acting=numpy32`) or, for
-        the large CNNs, with a torch copy (`acting`); ε comes with the weights, one value or one per environment of the run
-        (`env_ids`: the global ids this copy steps)."""
+        the large CNNs, with a torch copy (`acting`); ε comes with the weights, one value or one per
+        environment of the run (`env_ids`: the global ids this copy steps)."""
         if self.chosen_acting == "torch":
             from rlpar.models.torch_acting import TorchQPolicy
 

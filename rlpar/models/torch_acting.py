@@ -4,8 +4,8 @@ behind that choice are in numpy_cnn.py). Actions are chosen by the same numpy ma
 numpy copies (PolicyChoice, EpsilonGreedyChoice).
 
 The trade-off: float32 convolutions round differently for different batch sizes (docs/benchmarks.md,
-"Figures behind design choices"), so a run's batches then depend on how its environments are split over workers (the same split
-and seed still repeat). The numpy float64 copies give bit-identical batches however the
+"Figures behind design choices"), so a run's batches then depend on how its environments are split over
+workers (the same split and seed still repeat). The numpy float64 copies give bit-identical batches however the
 environments are split.
 
 torch is imported here only when such a copy is made. A worker runs it on one thread: a

@@ -142,8 +142,8 @@ def _layout_advice(cfg: DictConfig, env_spec) -> str | None:
 
 def final_evaluation(trainer, run_dir: Path, episodes: int, *, stochastic: bool = False) -> dict:
     """`eval_episodes` of the trained policy, deterministic (or sampling: `eval_stochastic`), on
-    fresh environments seeded `seed + 10000 + i` (as `rlpar evaluate`'s default); the returns and lengths are appended to
-    `evaluations.jsonl` as a row with `source: training`, which `rlpar report` reads for a
+    fresh environments seeded `seed + 10000 + i` (as `rlpar evaluate`'s default); the returns and lengths
+    are appended to `evaluations.jsonl` as a row with `source: training`, which `rlpar report` reads for a
     benchmark's figures. A row that cannot be written is said in one line; the run has finished."""
     import time
 

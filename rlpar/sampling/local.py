@@ -41,8 +41,8 @@ class LocalSampler(Sampler):
         inference: str = "worker",
         inference_device: str = "cpu",
     ):
-        """`name`: the parallel group's option. `sync_mode` and `max_policy_lag` are accepted for a uniform config: local sampling is
-        always on-policy (validation refuses non_blocking). So are `inference` and
+        """`name`: the parallel group's option. `sync_mode` and `max_policy_lag` are accepted for a uniform
+        config: local sampling is always on-policy (validation refuses non_blocking). So are `inference` and
         `inference_device`: the learner's process acts for all environments at once, which is
         what central inference does for the other samplers. `worker_class` and `worker_options`:
         see WorkerPoolSampler."""

@@ -3,8 +3,8 @@
 Each rollout becomes n-step transitions (followed per global environment id) whose initial
 priorities its acting copy gives (`replay_priorities`: a Q-network's |n-step TD error| under the
 actor's own copy, so a new transition enters the replay with a meaningful priority instead of
-the maximum, Horgan et al. 2018). The shards' addresses (rlpar.sampling.services) come with the weights: shards that serve
-while the learner works (Ray actors, parallel=distributed) the actor writes to itself,
+the maximum, Horgan et al. 2018). The shards' addresses (rlpar.sampling.services) come with the
+weights: shards that serve while the learner works (Ray actors, parallel=distributed) the actor writes to itself,
 round-robin, and the learner only sees episode statistics; otherwise (shards in the learner's
 process) the transitions travel back with the batch (`Batch.extras`) to the learner.
 Numpy only: no torch in actors.
