@@ -16,6 +16,7 @@ import torch
 
 from rlpar.learning.batch_tensors import explained_variance
 from rlpar.learning.compiled import CompiledStep
+from rlpar.learning.optim import load_optimizer_state, optimizer_state
 from rlpar.learning.ppo_loss import normalize
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
@@ -265,7 +266,7 @@ class Algorithm(ABC):
         """Weights, optimiser state and counters; an algorithm with more state extends both."""
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer_state(self.optimizer),
             "version": self.version,
             "steps_seen": self.steps_seen,
             "reward_normalizer": self.reward_normalizer.state_dict(),
@@ -281,7 +282,7 @@ class Algorithm(ABC):
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.version = int(state["version"])
         self.steps_seen = int(state["steps_seen"])
         if "reward_normalizer" in state:  # absent from checkpoints written before it existed

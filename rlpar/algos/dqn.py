@@ -27,7 +27,7 @@ import torch
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import LeanAdam
+from rlpar.learning.optim import adam
 from rlpar.learning.q_targets import q_targets, weighted_huber
 from rlpar.learning.r2d2 import sequence_q_loss
 from rlpar.learning.step import LearningRate, linear_schedule
@@ -86,7 +86,7 @@ class DQN(ReplayLearner):
                          learning_starts=learning_starts, weight_sync_interval=weight_sync_interval, replay=replay,
                          reward_scale=reward_scale, reward_clip=reward_clip,
                          steps_per_item=sequence_length // 2 if self.recurrent else 1)
-        self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
+        self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)

@@ -16,7 +16,7 @@ from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.batch_tensors import advantage_inputs
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.gae import compute_gae
-from rlpar.learning.optim import LeanAdam
+from rlpar.learning.optim import adam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.sequences import (
     evaluate_steps,
@@ -73,7 +73,7 @@ class PPO(Algorithm):
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
                          gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
                          reward_clip=reward_clip)
-        self.set_optimizer(LeanAdam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
+        self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.gamma, self.gae_lambda = gamma, gae_lambda

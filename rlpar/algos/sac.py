@@ -27,7 +27,7 @@ from torch import nn
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import LeanAdam
+from rlpar.learning.optim import adam, load_optimizer_state, optimizer_state
 from rlpar.learning.step import GuardedStep, LearningRate
 from rlpar.replay.settings import ReplaySettings
 
@@ -90,10 +90,10 @@ class SAC(ReplayLearner):
                      max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision,
                      device_type=self.device.type)
         critic_params = list(self.model.critic.parameters())
-        self.optimizer = LeanAdam(critic_params, lr=lr)
+        self.optimizer = adam(critic_params, lr=lr)
         self.step = GuardedStep(parameters=critic_params, optimizer=self.optimizer, **guard)
         actor_params = list(self.actor_side.parameters())
-        self.actor_optimizer = LeanAdam(actor_params, lr=lr)
+        self.actor_optimizer = adam(actor_params, lr=lr)
         self.actor_guard = GuardedStep(parameters=actor_params, optimizer=self.actor_optimizer, **guard)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
@@ -176,12 +176,12 @@ class SAC(ReplayLearner):
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
+        return {**super().state_dict(), "actor_optimizer": optimizer_state(self.actor_optimizer),
                 "target_critic": self.target_critic.state_dict(), "last_actor_stats": self.last_actor_stats}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
         self.target_critic.load_state_dict(state["target_critic"])
         self.last_actor_stats = state["last_actor_stats"]
 

@@ -18,7 +18,7 @@ differ; at a fixed step they are the same, cold cache or warm, and a resumed run
 the uninterrupted one did. `ready` switches as soon as the compile is done instead: no wait on a
 cold cache, but runs of one seed differ.
 
-The compiled step reads and writes the model's own parameters and LeanAdam's own state tensors,
+The compiled step reads and writes the model's own parameters and torch's Adam's own state tensors,
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
 skips the step inside the graph; the skips are counted once per update (`settle`).
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from rlpar.errors import first_line
-from rlpar.learning.optim import LeanAdam
+from rlpar.learning.optim import adam_state
 from rlpar.learning.step import GuardedStep
 from rlpar.logging.run_log import FILE_ONLY
 
@@ -75,12 +75,12 @@ def torch_compile(fn, *, dynamic: bool = False):
 def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compiled: bool, dynamic: bool = False,
                   unroll: int = 1, switch: int | str = COMPILE_SWITCH_STEP):
     """One gradient step on a minibatch, returning the detached outputs of
-    `loss_fn(**minibatch) -> (loss, *parts)`: eager; or compiled whole (LeanAdam); or, with
+    `loss_fn(**minibatch) -> (loss, *parts)`: eager; or compiled whole (Adam); or, with
     other optimisers, with the loss compiled. `dynamic`: minibatch sizes vary. `switch`: the
     gradient step from which the compiled graph is used (`CompileSwitch`)."""
     if not compiled:
         return EagerStep(loss_fn, guard=guard)
-    if isinstance(guard.optimizer, LeanAdam):
+    if _plain_adam(guard.optimizer):
         return CompiledStep(loss_fn, model=model, guard=guard, dynamic=dynamic, unroll=unroll, switch=switch)
     return EagerStep(_WarmLoss(loss_fn, dynamic=dynamic, device=next(model.parameters()).device,
                                switch=CompileSwitch(switch, optimizer=guard.optimizer)), guard=guard)
@@ -88,11 +88,19 @@ def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compil
 
 def optimizer_steps(optimizer) -> int:
     """The gradient steps `optimizer` has applied, read from its own state (which checkpoints
-    keep): LeanAdam's step counts, or a torch optimiser's `step` (0 for one that keeps none)."""
-    if isinstance(optimizer, LeanAdam):
-        return int(optimizer.steps[0]) if optimizer.steps else 0
+    keep): its `step` (0 for one that keeps none)."""
     first = optimizer.param_groups[0]["params"][0]
     return int(optimizer.state.get(first, {}).get("step", 0))
+
+
+def _plain_adam(optimizer) -> bool:
+    """Whether `optimizer` is the Adam that `CompiledStep` writes out in its graph (one parameter
+    group, no weight decay, AMSGrad or other variants: rlpar.learning.optim.adam's)."""
+    if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1:
+        return False
+    group = optimizer.param_groups[0]
+    return (group["weight_decay"] == 0 and not group["amsgrad"] and not group["maximize"]
+            and not group.get("decoupled_weight_decay", False) and all(p in optimizer.state for p in group["params"]))
 
 
 class CompileSwitch:
@@ -206,7 +214,7 @@ class WarmCompile:
 
 
 class _WarmLoss:
-    """A loss compiled alone (optimisers other than LeanAdam), eager until its compile is warm."""
+    """A loss compiled alone (optimisers other than Adam), eager until its compile is warm."""
 
     def __init__(self, loss_fn, *, dynamic: bool, device: torch.device, switch: CompileSwitch):
         self.eager = loss_fn
@@ -382,12 +390,14 @@ class _LossCall(torch.nn.Module):
 
 
 class CompiledStep:
-    """Forward, loss, backward (torch.func), global-norm clipping and Adam (the same update as
-    torch's fused kernel that LeanAdam calls), as one compiled graph."""
+    """Forward, loss, backward (torch.func), global-norm clipping and Adam (the update of
+    `torch.optim.Adam`, on that optimiser's own state tensors), as one compiled graph."""
 
     def __init__(self, loss_fn, *, model: torch.nn.Module, guard: GuardedStep, dynamic: bool = False, unroll: int = 1,
                  switch: int | str = COMPILE_SWITCH_STEP):
         self.guard, self.optimizer = guard, guard.optimizer
+        # constants of the graph (read outside it: the group's lr changes between steps)
+        self.betas, self.eps = guard.optimizer.param_groups[0]["betas"], guard.optimizer.param_groups[0]["eps"]
         self.switch = CompileSwitch(switch, optimizer=guard.optimizer)
         self.model = model
         self.names = ["model." + name for name, _ in model.named_parameters()]
@@ -414,7 +424,7 @@ class CompiledStep:
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         finite = torch.isfinite(norm)
         scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-        (beta1, beta2), eps = self.optimizer.betas, self.optimizer.eps
+        (beta1, beta2), eps = self.betas, self.eps
         for param, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
             grad = grad * scale
             new_step = step + 1
@@ -438,8 +448,8 @@ class CompiledStep:
     def _inputs(self) -> tuple:
         self.lr.fill_(self.optimizer.param_groups[0]["lr"])
         params = [p.detach() for p in self.model.parameters()]  # the parameters' own storage
-        opt = self.optimizer
-        return params, opt.exp_avgs, opt.exp_avg_sqs, opt.steps, self.lr, self.guard.max_grad_norm
+        exp_avgs, exp_avg_sqs, steps = adam_state(self.optimizer)
+        return params, exp_avgs, exp_avg_sqs, steps, self.lr, self.guard.max_grad_norm
 
     def __call__(self, **minibatch) -> tuple:
         inputs = (*self._inputs(), minibatch)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from rlpar.learning.optim import load_optimizer_state, optimizer_state
 from rlpar.learning.parameter_server import TargetNetwork, apply_gradient, numpy_weights
 from rlpar.learning.step import GuardedStep
 
@@ -30,7 +31,7 @@ class SharedParameters:
         state arrives in new tensors, shared here before any worker is sent them)."""
         if state is not None:
             model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
+            load_optimizer_state(optimizer, state["optimizer"])
         model.share_memory()
         self.target = TargetNetwork(model, target_update_every) if target_update_every else None
         if self.target is not None:
@@ -71,7 +72,7 @@ class SharedParameters:
 
     def state(self) -> dict:
         """Weights, optimiser state and counters (read while workers may be writing them)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        return {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer),
                 "version": int(self.counters[VERSION]), "env_steps": int(self.counters[ENV_STEPS])}
 
     def __getstate__(self) -> dict:
@@ -79,10 +80,8 @@ class SharedParameters:
 
 
 def optimizer_tensors(optimizer) -> list[torch.Tensor]:
-    """Every state tensor of a torch optimiser or a LeanAdam, created now if it is created lazily
-    (a shared statistic must exist before the workers start)."""
-    if hasattr(optimizer, "exp_avgs"):  # LeanAdam keeps its state in lists from the start
-        return optimizer.exp_avgs + optimizer.exp_avg_sqs + optimizer.steps
+    """Every state tensor of a torch optimiser, created now if it is created lazily (a shared
+    statistic must exist before the workers start)."""
     parameters = [p for group in optimizer.param_groups for p in group["params"]]
     if not optimizer.state:
         lr = optimizer.param_groups[0]["lr"]

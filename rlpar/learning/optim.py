@@ -1,90 +1,64 @@
-"""Optimiser steps without per-call bookkeeping.
+"""Optimisers (torch's) and their state.
 
-For small networks the Python around an update costs more than the maths: torch's fused Adam
-and foreach gradient clipping prepare on every call the lists their kernels need. These call the
-same kernels with lists prepared once. `LeanAdam` is also not a `torch.optim.Optimizer`:
-constructing one of those imports torch._dynamo, which costs seconds of start-up. (Figures:
-docs/benchmarks.md, "Figures behind design choices in rlpar/".)
+Adam is `torch.optim.Adam(fused=True)` with its state created up front: the compiled step
+(rlpar.learning.compiled) reads and writes those tensors in its graph, and A3C's Hogwild learner
+shares them between processes before any step. Gradients are clipped with
+`torch.nn.utils.clip_grad_norm_` (rlpar.learning.step). What torch's Adam costs against the
+hand-written one it replaced: docs/benchmarks.md, "Compiled learner".
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
-class LeanAdam:
-    """Adam with torch's fused kernel; one learning rate, no AMSGrad, no weight decay.
-
-    `param_groups[0]["lr"]` may be changed between steps (schedules), as with torch optimisers.
-    """
-
-    def __init__(self, params, *, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)):
-        self.params = [p for p in params]
-        self.param_groups = [{"lr": lr, "params": self.params}]  # "params": as torch's, for GradScaler.unscale_
-        self.eps, self.betas = eps, betas
-        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        beta1, beta2 = self.betas
-        torch._foreach_add_(self.steps, 1)
-        torch._fused_adam_(
-            self.params,
-            [p.grad for p in self.params],
-            self.exp_avgs,
-            self.exp_avg_sqs,
-            [],
-            self.steps,
-            amsgrad=False,
-            lr=float(self.param_groups[0]["lr"]),
-            beta1=beta1,
-            beta2=beta2,
-            weight_decay=0.0,
-            eps=self.eps,
-            maximize=False,
-            grad_scale=None,
-            found_inf=None,
-        )
-
-    def state_dict(self) -> dict:
-        return {
-            "lr": self.param_groups[0]["lr"],
-            "exp_avg": [t.clone() for t in self.exp_avgs],
-            "exp_avg_sq": [t.clone() for t in self.exp_avg_sqs],
-            "step": [t.clone() for t in self.steps],
-        }
-
-    @torch.no_grad()
-    def load_state_dict(self, state: dict) -> None:
-        self.param_groups[0]["lr"] = state["lr"]
-        for name, mine in (("exp_avg", self.exp_avgs), ("exp_avg_sq", self.exp_avg_sqs), ("step", self.steps)):
-            if len(state[name]) != len(mine):
-                raise ValueError(f"optimizer state has {len(state[name])} {name} tensors, expected {len(mine)}")
-            for dst, src in zip(mine, state[name]):
-                dst.copy_(src)
+def adam(parameters, *, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """torch's fused Adam, its state (step, exp_avg, exp_avg_sq) created now rather than at the first step."""
+    optimizer = torch.optim.Adam(parameters, lr=lr, eps=eps, fused=True)
+    for p in optimizer.param_groups[0]["params"]:
+        optimizer.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),  # as fused Adam's own
+                              "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                              "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+    return optimizer
 
 
-@torch.no_grad()
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale gradients in place so their global L2 norm is at most `max_norm`; returns the norm."""
-    grads = [p.grad for p in params]
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-    return total
+def adam_state(optimizer: torch.optim.Adam) -> tuple[list, list, list]:
+    """Adam's exp_avg, exp_avg_sq and step tensors, in parameter order (those the optimiser holds
+    now: loading a state dict replaces them)."""
+    states = [optimizer.state[p] for p in optimizer.param_groups[0]["params"]]
+    return [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states]
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict:
+    """`optimizer.state_dict()` with its tensors copied: torch's are the optimiser's own, which
+    its next steps change in place (a state kept in memory, to return to or hand on, must not)."""
+    return copy.deepcopy(optimizer.state_dict())
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """`optimizer.load_state_dict` on a copy of `state` (torch's adopts the tensors it is given:
+    two optimisers loaded from one state would step the same tensors), also from checkpoints
+    written before rlpar used torch's Adam: those hold the lists of rlpar's former `LeanAdam`
+    (lr, exp_avg, exp_avg_sq, step)."""
+    state = copy.deepcopy(state)
+    if "exp_avg" in state and "state" not in state:
+        group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+        count = len(optimizer.param_groups[0]["params"])
+        if any(len(state[name]) != count for name in ("exp_avg", "exp_avg_sq", "step")):
+            raise ValueError(f"the checkpoint's Adam state has {len(state['exp_avg'])} tensors; this model has {count}")
+        state = {"state": {i: {"step": state["step"][i], "exp_avg": state["exp_avg"][i],
+                               "exp_avg_sq": state["exp_avg_sq"][i]} for i in range(count)},
+                 "param_groups": [{**group, "lr": state["lr"], "params": list(range(count))}]}
+    optimizer.load_state_dict(state)
 
 
 def build_optimizer(parameters, *, optimizer: str, lr: float, optimizer_eps: float, rmsprop_alpha: float = 0.99):
-    """RMSprop (torch's) or Adam (LeanAdam), as the actor-critic algorithms name them."""
+    """RMSprop or Adam (torch's), as the actor-critic algorithms name them."""
     if optimizer == "rmsprop":
-        # torch.optim: constructing it imports torch._dynamo (0.8-0.9 s of start-up here), and
-        # its step costs ~80 us against LeanAdam's ~17 us (an A2C update: ~0.7 ms against ~0.6).
         return torch.optim.RMSprop(parameters, lr=lr, alpha=rmsprop_alpha, eps=optimizer_eps)
     if optimizer == "adam":
-        return LeanAdam(parameters, lr=lr, eps=optimizer_eps)
+        return adam(parameters, lr=lr, eps=optimizer_eps)
     raise ValueError(f"optimizer must be rmsprop or adam, got {optimizer!r}")
+

@@ -14,7 +14,7 @@ import copy
 import numpy as np
 import torch
 
-from rlpar.learning.optim import build_optimizer
+from rlpar.learning.optim import build_optimizer, load_optimizer_state, optimizer_state
 from rlpar.learning.step import GuardedStep, LearningRate
 
 
@@ -58,7 +58,7 @@ class ParameterServer:
 
     def state(self) -> dict:
         """What a restarted server needs to go on: weights, optimiser state and counters."""
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version,
+        state = {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer), "version": self.version,
                  "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
         if self.target is not None:
             state["target"] = self.target.model.state_dict()
@@ -66,7 +66,7 @@ class ParameterServer:
 
     def load_state(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.version, self.env_steps = int(state["version"]), int(state["env_steps"])
         self.step.nonfinite_updates = int(state["nonfinite_updates"])
         if self.target is not None:

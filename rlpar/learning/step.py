@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from rlpar.learning.errors import NonFiniteLossError
-from rlpar.learning.optim import clip_grad_norm
 from rlpar.learning.precision import autocast, loss_scaler
 
 
@@ -52,7 +51,7 @@ class GuardedStep:
 
     def apply_gradients(self) -> None:
         """Clip and apply the gradients the parameters hold (a parameter server sets them)."""
-        grad_norm = clip_grad_norm(self.parameters, self.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm, foreach=True)
         finite = math.isfinite(grad_norm.item())
         if finite:
             self.optimizer.step()

@@ -32,9 +32,11 @@ def test_save_restore_round_trip(make_cfg, tmp_path):
     assert restored.keys() == weights.keys()
     for key in weights:
         np.testing.assert_array_equal(restored[key], weights[key])
-    for key in ("step", "exp_avg", "exp_avg_sq"):
-        for restored_t, saved_t in zip(other.algorithm.optimizer.state_dict()[key], opt_state[key]):
-            assert torch.equal(restored_t, saved_t), key
+    restored_state = other.algorithm.optimizer.state_dict()["state"]
+    assert restored_state.keys() == opt_state["state"].keys()
+    for index, saved in opt_state["state"].items():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(restored_state[index][key], saved[key]), key
     metrics = other.train()
     assert metrics["iteration"] == 4 and metrics["env_steps"] == 4 * STEPS_PER_ITERATION
     other.close()

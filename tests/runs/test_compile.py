@@ -42,7 +42,7 @@ def learns_like_eager(make_cfg, tmp_path, algo) -> None:
     try:
         assert (eager.algorithm.compiled, compiled.algorithm.compiled) == (False, True)
         # eager: loss, backward and optimiser op by op; compiled: the whole step as one graph
-        # (LeanAdam), or the loss compiled (RMSprop, A2C's default)
+        # (Adam), or the loss compiled (RMSprop, A2C's default)
         for eager_step, compiled_step in zip(steps_of(eager.algorithm), steps_of(compiled.algorithm)):
             assert type(eager_step).__name__ == "EagerStep"
             assert type(compiled_step).__name__ == COMPILED_STEP[algo]

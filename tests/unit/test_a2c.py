@@ -11,7 +11,6 @@ from rlpar.algos.a2c import A2C
 from rlpar.learning.ppo_loss import policy_gradient_loss
 from rlpar.learning.gae import compute_gae
 from rlpar.learning.nstep import compute_nstep_returns
-from rlpar.learning.optim import LeanAdam
 from rlpar.runtime.build import build_trainer
 from tests.rollouts import cartpole_rollout
 
@@ -107,7 +106,7 @@ def test_optimizer_key_chooses_rmsprop_or_adam(rollout):
     assert isinstance(rmsprop, torch.optim.RMSprop)
     group = rmsprop.param_groups[0]
     assert (group["lr"], group["alpha"], group["eps"]) == (1e-3, 0.9, 1e-4)
-    assert isinstance(make_a2c(policy_spec, optimizer="adam").optimizer, LeanAdam)
+    assert isinstance(make_a2c(policy_spec, optimizer="adam").optimizer, torch.optim.Adam)
     with pytest.raises(ValueError, match="optimizer"):
         make_a2c(policy_spec, optimizer="sgd")
     with pytest.raises(ValueError, match="advantage"):

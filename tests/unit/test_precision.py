@@ -36,7 +36,7 @@ def weight_change(rollout, precision: str, **options) -> torch.Tensor:
     stats = ppo.update(batch)
     assert stats["nonfinite_updates"] == 0
     assert all(p.dtype == torch.float32 for p in ppo.parameters)  # master weights stay float32
-    assert all(t.dtype == torch.float32 for t in ppo.optimizer.exp_avgs + ppo.optimizer.exp_avg_sqs)
+    assert all(t.dtype == torch.float32 for state in ppo.optimizer.state.values() for t in state.values())
     return flat(ppo.parameters) - before
 
 

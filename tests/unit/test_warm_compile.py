@@ -132,10 +132,10 @@ def test_the_opt_in_switch_when_ready_says_once_that_runs_of_one_seed_differ(mon
     import logging
 
     from rlpar.learning.compiled import CompileSwitch
-    from rlpar.learning.optim import LeanAdam
+    from rlpar.learning.optim import adam
 
     monkeypatch.setattr(CompileSwitch, "said_not_reproducible", False)
-    switch = CompileSwitch("ready", optimizer=LeanAdam([torch.zeros(2, requires_grad=True)], lr=0.1))
+    switch = CompileSwitch("ready", optimizer=adam([torch.zeros(2, requires_grad=True)], lr=0.1))
     warm = WarmCompile(torch_compile(lambda x: x + 2), device=torch.device("cpu"))
     try:
         with caplog.at_level(logging.WARNING, logger="rlpar"):
