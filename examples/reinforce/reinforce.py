@@ -18,7 +18,7 @@ import torch
 
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.learning.gae import compute_gae
-from rlpar.learning.optim import LeanAdam
+from rlpar.learning.optim import adam
 from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
 
 
@@ -41,7 +41,7 @@ class Reinforce(Algorithm):
         super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed,
                          device=device, gamma=gamma)
         self.gamma, self.value_coef, self.normalize_advantages = gamma, value_coef, normalize_advantages
-        self.set_optimizer(LeanAdam(self.parameters, lr=lr), max_grad_norm=max_grad_norm, max_consecutive_nonfinite=20,
+        self.set_optimizer(adam(self.parameters, lr=lr), max_grad_norm=max_grad_norm, max_consecutive_nonfinite=20,
                            precision=precision)  # fp32, bf16 or fp16 (torch.autocast; fp16 with a loss scaler)
 
     def training_step(self) -> StepResult:
