@@ -27,7 +27,7 @@ import torch
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import adam
+from rlpar.learning.optim import adam, polyak
 from rlpar.learning.q_targets import q_targets, weighted_huber
 from rlpar.learning.r2d2 import sequence_q_loss
 from rlpar.learning.step import LearningRate, linear_schedule
@@ -173,9 +173,7 @@ class DQN(ReplayLearner):
 
     def refresh_target(self) -> None:
         if self.tau < 1.0:
-            with torch.no_grad():
-                for target, online in zip(self.target_model.parameters(), self.parameters):
-                    target.lerp_(online, self.tau)
+            polyak(self.target_model, self.model, self.tau)
         elif self.gradient_steps % self.target_update_every == 0:
             self.target_model.load_state_dict(self.model.state_dict())
 

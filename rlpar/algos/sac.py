@@ -27,7 +27,7 @@ from torch import nn
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import adam, load_optimizer_state, optimizer_state
+from rlpar.learning.optim import adam, load_optimizer_state, optimizer_state, polyak
 from rlpar.learning.step import GuardedStep, LearningRate
 from rlpar.replay.settings import ReplaySettings
 
@@ -184,9 +184,3 @@ class SAC(ReplayLearner):
         load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
         self.target_critic.load_state_dict(state["target_critic"])
         self.last_actor_stats = state["last_actor_stats"]
-
-
-def polyak(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target ← (1 − tau) target + tau online, in place."""
-    with torch.no_grad():
-        torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)

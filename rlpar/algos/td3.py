@@ -18,7 +18,8 @@ import copy
 
 import torch
 
-from rlpar.algos.sac import SAC, polyak
+from rlpar.algos.sac import SAC
+from rlpar.learning.optim import polyak
 
 
 class TD3(SAC):

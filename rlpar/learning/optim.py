@@ -1,4 +1,4 @@
-"""Optimisers (torch's) and their state.
+"""Optimisers (torch's), their state, and Polyak averaging.
 
 Adam is `torch.optim.Adam(fused=True)` with its state created up front: the compiled step
 (rlpar.learning.compiled) reads and writes those tensors in its graph, and A3C's Hogwild learner
@@ -62,3 +62,9 @@ def build_optimizer(parameters, *, optimizer: str, lr: float, optimizer_eps: flo
         return adam(parameters, lr=lr, eps=optimizer_eps)
     raise ValueError(f"optimizer must be rmsprop or adam, got {optimizer!r}")
 
+
+@torch.no_grad()
+def polyak(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging of a target network: target ← (1 − tau) target + tau online, in place."""
+    for target_param, online_param in zip(target.parameters(), online.parameters(), strict=True):
+        target_param.lerp_(online_param, tau)

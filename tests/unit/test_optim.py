@@ -92,3 +92,16 @@ def test_a_kept_state_is_a_snapshot_and_loading_it_twice_shares_no_tensor():
     for saved, now in zip(snapshot["state"].values(), kept["state"].values()):
         assert all(torch.equal(saved[key], now[key]) for key in ("step", "exp_avg", "exp_avg_sq"))
     assert torch.equal(adam_state(second)[0][0], snapshot["state"][0]["exp_avg"])
+
+
+def test_polyak_moves_each_target_parameter_tau_of_the_way_to_the_online_one():
+    from rlpar.learning.optim import polyak
+
+    torch.manual_seed(0)
+    target, online = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    expected = [0.9 * t.detach() + 0.1 * o.detach() for t, o in zip(target.parameters(), online.parameters())]
+    before = [o.detach().clone() for o in online.parameters()]
+    polyak(target, online, 0.1)
+    for t, e, o, b in zip(target.parameters(), expected, online.parameters(), before):
+        torch.testing.assert_close(t.detach(), e)
+        assert torch.equal(o.detach(), b)  # the online network is left as it was
