@@ -65,7 +65,7 @@ def test_annealed_lr_decays_linearly_with_steps_seen_down_to_its_floor(rollout, 
     for expected in fractions:
         stats = ppo.update(batch)
         assert stats["lr"] == pytest.approx(1e-3 * expected, abs=1e-15)
-        assert ppo.state_dict()["optimizer"]["lr"] == stats["lr"]  # the optimiser really uses it
+        assert ppo.state_dict()["optimizer"]["param_groups"][0]["lr"] == stats["lr"]  # the optimiser really uses it
 
 
 def test_lr_stays_constant_without_annealing(rollout):
@@ -73,7 +73,7 @@ def test_lr_stays_constant_without_annealing(rollout):
     ppo = make_ppo(policy_spec, lr=1e-3, total_steps=batch.num_steps, epochs=1, minibatch_size=WHOLE_BATCH)
     for _ in range(3):
         assert ppo.update(batch)["lr"] == 1e-3
-    assert ppo.state_dict()["optimizer"]["lr"] == 1e-3
+    assert ppo.state_dict()["optimizer"]["param_groups"][0]["lr"] == 1e-3
 
 
 @pytest.mark.parametrize("reward_scale", [1.0, 10.0])
