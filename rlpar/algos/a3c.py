@@ -51,7 +51,7 @@ class A3C(A2C):
     worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
     # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.
-    KEYWORDS_NOT_FORWARDED: tuple[str, ...] = ("normalize_rewards",)
+    KEYWORDS_NOT_FORWARDED = ("normalize_rewards",)  # a plain assignment: rlpar.config.known_keys reads it
     # The workers' forward and backward run in bf16 (their gradients are float32); fp16 would need
     # a loss scaler in every worker, kept in step with the server's skips.
     precisions = ("fp32", "bf16")

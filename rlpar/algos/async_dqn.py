@@ -25,8 +25,10 @@ from rlpar.learning.nstep_q import NStepQLoss
 class AsyncDQN(A3C):
     model_kind = "q_network"
     action_spaces = ("Discrete",)
-    # The actor-critic objective's keys, and reward normalisation (workers see raw rewards).
-    KEYWORDS_NOT_FORWARDED = ("normalize_rewards", "advantage", "gae_lambda", "value_coef", "entropy_coef",
+    # The actor-critic objective's keys, and reward normalisation (workers see raw rewards). A plain
+    # assignment, read by rlpar.config.known_keys: mypy takes A3C's 1-tuple for its type.
+    KEYWORDS_NOT_FORWARDED = (  # type: ignore[assignment]
+        "normalize_rewards", "advantage", "gae_lambda", "value_coef", "entropy_coef",
                               "normalize_advantages")
 
     @classmethod
