@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from rlpar.learning.ppo_loss import normalize
 from rlpar.learning.reward_normalizer import RewardNormalizer
 from rlpar.learning.rewards import clip_rewards
 from rlpar.learning.sequences import step_tensors
-from rlpar.learning.step import GuardedStep
+from rlpar.learning.step import GuardedStep, LearningRate
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 from rlpar.sampling.rollout import RolloutWorker
@@ -48,11 +49,11 @@ class Algorithm(ABC):
     # What every sampler's workers run (sampling.base.Worker): environments acting with the
     # model's acting policy. An algorithm whose workers do more (compute gradients, keep replay)
     # names its own.
-    worker_class = RolloutWorker
+    worker_class: type = RolloutWorker
     # What it needs and supports, read by validation from this source as literals (this module
     # imports torch, which validation never does; rlpar.config.known_keys.class_attributes):
     model_kind: str | None = None  # the model kind it must learn (a model spec class's `kind`); None: not checked
-    action_spaces = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # the Gymnasium action spaces it learns
+    action_spaces: tuple[str, ...] = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # the Gymnasium action spaces it learns
     central_inference = True     # its workers only act and step, so a server may act for them all
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
@@ -61,9 +62,18 @@ class Algorithm(ABC):
     not_data_parallel_because = "does not split its update into learning_inputs (rank 0) and learn (every rank)"
     collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
-    precisions = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)
+    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
     needs_ray = False  # its actors or services are Ray actors: a sampler without Ray (uses_ray) refuses it
+
+    if TYPE_CHECKING:  # what subclasses set or define, used by the shared steps below (hidden from known_keys)
+        lr: LearningRate  # the learning rate and its schedule
+        minibatch_size: int  # on-policy algorithms with minibatches
+        gradient_step: Any  # an EagerStep or CompiledStep (rlpar.learning.compiled)
+
+        def update(self, batch: Batch) -> dict: ...
+
+        def learn(self, inputs: dict) -> dict: ...
     without_ray: str | None = None  # the algo option that sampler is told to use instead (apex_sac: sac)
 
     @classmethod
@@ -108,7 +118,8 @@ class Algorithm(ABC):
         start = time.perf_counter()
         weights = self.get_weights()
         fetched = time.perf_counter()
-        batches, metrics = [], {}
+        batches: list[Batch] = []
+        metrics: dict = {}
         while sum(len(b.policy_versions) for b in batches) < min_rollouts:
             batches.append(self.sampler.sample(weights, self.sampler_version()))
             round_metrics = self.sampler.metrics()

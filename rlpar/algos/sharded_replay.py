@@ -43,7 +43,7 @@ class ShardedReplay:
 
     sync_mode = "non_blocking"
     max_policy_lag: int | None = None
-    worker_class = PrioritizingWorker
+    worker_class: type = PrioritizingWorker
     central_inference = False
     worker_duties = "prioritise their own replay with their own exploration rate"
     replay_in_checkpoints = False  # the shards are refilled by a resumed run
