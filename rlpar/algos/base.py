@@ -53,7 +53,8 @@ class Algorithm(ABC):
     # What it needs and supports, read by validation from this source as literals (this module
     # imports torch, which validation never does; rlpar.config.known_keys.class_attributes):
     model_kind: str | None = None  # the model kind it must learn (a model spec class's `kind`); None: not checked
-    action_spaces: tuple[str, ...] = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")  # the Gymnasium action spaces it learns
+    # the Gymnasium action spaces it learns
+    action_spaces: tuple[str, ...] = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")
     central_inference = True     # its workers only act and step, so a server may act for them all
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
@@ -62,7 +63,8 @@ class Algorithm(ABC):
     not_data_parallel_because = "does not split its update into learning_inputs (rank 0) and learn (every rank)"
     collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
-    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")  # the algo.precision values it learns in (rlpar.learning.precision)
+    # the algo.precision values it learns in (rlpar.learning.precision)
+    precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
     needs_ray = False  # its actors or services are Ray actors: a sampler without Ray (uses_ray) refuses it
 
