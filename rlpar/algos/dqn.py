@@ -139,15 +139,16 @@ class DQN(ReplayLearner):
         of every row (every rank's, in a group) and each step's (loss, mean |TD error|, mean Q).
         Non-finite steps of a compiled step are counted by `learn_from_replay`'s settle."""
         self.receive_from_rank0(inputs)
-        td_errors, losses = [], []
+        step_td_errors: list[torch.Tensor] = []
+        step_losses: list[torch.Tensor] = []
         for transitions, weights in zip(inputs["minibatches"], inputs["weights"]):
             data = {k: as_tensor(v, self.device) for k, v in transitions.items()}
             loss, td, q_taken = self.gradient_step(**data, weights=as_tensor(weights, self.device))
-            td_errors.append(td.abs())
-            losses.append(torch.stack([loss, td_errors[-1].mean(), q_taken.mean()]))
+            step_td_errors.append(td.abs())
+            step_losses.append(torch.stack([loss, step_td_errors[-1].mean(), q_taken.mean()]))
             self.gradient_steps += 1
             self.refresh_target()
-        td_errors, losses = torch.stack(td_errors), torch.stack(losses)
+        td_errors, losses = torch.stack(step_td_errors), torch.stack(step_losses)
         if self.collective is not None:
             start, stop = inputs["rows"]
             losses = self.collective.mean(losses, samples=stop - start)

@@ -15,6 +15,8 @@ from the state stored at its start, with the resets at episode ends inside it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
@@ -72,7 +74,7 @@ class IMPALA(Algorithm):
         self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
                            max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
-        self.vtrace = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
+        self.vtrace: dict[str, Any] = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
                            clip_c_threshold=clip_c_threshold)
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.batches_per_update = batches_per_update

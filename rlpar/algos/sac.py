@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,7 +37,7 @@ class SAC(ReplayLearner):
     model_kind = "actor_q"
     action_spaces = ("Box",)
     gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)
-    loss_names = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
+    loss_names: tuple[str, ...] = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
     precisions = ("fp32", "bf16")
 
     def __init__(
@@ -81,18 +82,18 @@ class SAC(ReplayLearner):
         self.learn_alpha = alpha == "auto"
         if self.model.temperature is not None:
             with torch.no_grad():
-                self.model.temperature.log_alpha.fill_(math.log(initial_alpha if self.learn_alpha else alpha))
+                self.model.temperature.log_alpha.fill_(math.log(initial_alpha if self.learn_alpha else float(alpha)))
         self.target_entropy = -float(policy_spec.action.size) if target_entropy == "auto" else float(target_entropy)
         self.target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         self.actor_side = nn.ModuleDict({"actor": self.model.actor, **(
             {"temperature": self.model.temperature} if self.learn_alpha else {})})
-        guard = dict(max_grad_norm=max_grad_norm,
+        guard: dict[str, Any] = dict(max_grad_norm=max_grad_norm,
                      max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision,
                      device_type=self.device.type)
         critic_params = list(self.model.critic.parameters())
         self.optimizer = adam(critic_params, lr=lr)
         self.step = GuardedStep(parameters=critic_params, optimizer=self.optimizer, **guard)
-        actor_params = list(self.actor_side.parameters())
+        actor_params: list[torch.Tensor] = list(self.actor_side.parameters())
         self.actor_optimizer = adam(actor_params, lr=lr)
         self.actor_guard = GuardedStep(parameters=actor_params, optimizer=self.actor_optimizer, **guard)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
