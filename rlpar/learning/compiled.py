@@ -129,6 +129,7 @@ class CompileSwitch:
             return warm.ready(args, kwargs)
         if self.reached is None:
             steps = optimizer_steps(self.optimizer)
+            assert isinstance(self.at, int)  # a gradient step (WHEN_READY is answered above)
             if steps < self.at:
                 warm.ready(args, kwargs)  # its warm-up goes on meanwhile
                 return False
@@ -197,6 +198,7 @@ class WarmCompile:
                   f"tens of seconds once per machine and shape, while the compile cache is cold)", flush=True)
 
     def _poll(self, *, wait: bool, step: int) -> None:
+        assert self.child is not None  # polled while warming, when a child runs
         outcome = self.child.outcome()
         if outcome is None and wait:
             self.say_waiting(step)

@@ -44,7 +44,7 @@ class SharedParameters:
             self.counters.copy_(torch.tensor([state["version"], state["env_steps"]]))
         self.learning_rate, self.total_steps = learning_rate, total_steps
         self.max_grad_norm, self.max_consecutive_nonfinite = max_grad_norm, max_consecutive_nonfinite
-        self.step = None  # each process builds its own guard (its counts are per worker)
+        self.step: GuardedStep | None = None  # each process builds its own guard (its counts are per worker)
 
     @property
     def version(self) -> int:
