@@ -26,7 +26,7 @@ from rlpar.learning.batch_tensors import vtrace_inputs
 from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
 from rlpar.learning.optim import adam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, pieces_per_minibatch, take_pieces, valid_steps
+from rlpar.learning.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
 from rlpar.learning.step import LearningRate
 from rlpar.learning.vtrace import compute_vtrace
 
@@ -148,18 +148,17 @@ class APPO(Algorithm):
         `minibatch_plan`); the target network follows every few steps, on every rank alike.
         A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each.
         Each step's loss parts, and the samples (rows or pieces) of each step's minibatch."""
-        if "valid" in data:
+        if "valid" in data:  # mb: pieces a minibatch
             size, mb = data["valid"].shape[1], pieces_per_minibatch(data["valid"], self.minibatch_size)
-            count, take = size // mb, take_pieces
+            plan = {"size": self.minibatch_size}
         else:
             size = len(data["obs"])
             mb, count = self.minibatch_plan(size)
-            take = _take_rows
+            plan = {"size": mb, "count": count}
         order = torch.from_numpy(self.rng.permutation(size))
         stats = []
-        for start in range(0, count * mb, mb):
-            part = take(data, order[start : start + mb])
-            stats.append(self.gradient_step(**part)[1])
+        for part in minibatches(data, order, **plan):  # one minibatch at a time: the target network may follow
+            stats.append(self.gradient_step.steps(**part)[1][0])
             self.gradient_steps += 1
             if self.gradient_steps % self.target_update_every == 0:
                 self.target_model.load_state_dict(self.model.state_dict())
@@ -204,10 +203,6 @@ class APPO(Algorithm):
         self.buffer.extend([entry["data"], int(entry["uses_left"])] for entry in state["buffer"])
         self.gradient_steps = int(state["gradient_steps"])
         self.rng.bit_generator.state = state["rng"]
-
-
-def _take_rows(data: dict, rows: torch.Tensor) -> dict:
-    return {k: v[rows] for k, v in data.items()}
 
 
 def _kl_with_grad(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:

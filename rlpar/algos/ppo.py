@@ -20,10 +20,9 @@ from rlpar.learning.optim import adam
 from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.sequences import (
     evaluate_steps,
+    minibatches,
     piece_count,
-    pieces_per_minibatch,
     sequence_stats,
-    take_pieces,
     valid_steps,
 )
 from rlpar.learning.step import LearningRate
@@ -211,29 +210,18 @@ class PPO(Algorithm):
         return out
 
     def epoch_minibatches(self, data: dict, inputs: dict, epoch: int):
-        """One epoch's minibatches, each with a leading dimension of minibatches: alone,
-        contiguous views of the shuffled data, `unroll` at a time (one compiled graph); in a
+        """One epoch's minibatches, each with a leading dimension of minibatches
+        (rlpar.learning.sequences.minibatches: rows `unroll` at a time, or whole pieces); in a
         group, this rank's rows of each (`shard_inputs`), one at a time."""
         share = inputs.get("minibatches")
-        if "valid" in data:  # a recurrent policy's pieces: minibatches of whole pieces, one at a time
-            count, per = data["valid"].shape[1], pieces_per_minibatch(data["valid"], self.minibatch_size)
-            order = torch.from_numpy(inputs["orders"][epoch])
-            for first in range(0, count - per + 1, per):  # (the remainder is left out)
-                yield {k: v[None] for k, v in take_pieces(data, order[first:first + per]).items()}
-            return
-        if share is not None:
+        if share is not None and "valid" not in data:
             order, ends = torch.from_numpy(share["orders"][epoch]), share["ends"][epoch]
             for start, end in zip([0, *ends[:-1]], ends):
                 rows = order[start:end]
                 yield {k: v[rows][None] for k, v in data.items()}
             return
-        size = len(data["obs"])
-        mb = min(self.minibatch_size, size)
-        count, unroll = size // mb, self.gradient_step.unroll  # (the remainder is left out)
-        shuffled = {k: v[torch.from_numpy(inputs["orders"][epoch])] for k, v in data.items()}
-        for first in range(0, count, unroll):
-            group = min(unroll, count - first)
-            yield {k: v[first * mb : (first + group) * mb].view(group, mb, *v.shape[1:]) for k, v in shuffled.items()}
+        yield from minibatches(data, torch.from_numpy(inputs["orders"][epoch]), size=self.minibatch_size,
+                               unroll=self.gradient_step.unroll)
 
     def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None,
                        initial_state=None, valid=None):

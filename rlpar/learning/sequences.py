@@ -71,6 +71,25 @@ def take_pieces(data: dict, pieces: torch.Tensor) -> dict:
     return {name: (v[pieces] if name == "initial_state" else v[:, pieces]) for name, v in data.items()}
 
 
+def minibatches(data: dict, order: torch.Tensor, *, size: int, count: int | None = None, unroll: int = 1):
+    """Shuffled minibatches of `data` in `order`, each with a leading dimension of minibatches;
+    the remainder is left out. A recurrent policy's pieces (`data` holds `valid`, [L, P]): whole
+    pieces, about `size` steps a minibatch, one at a time (`order` shuffles the pieces). Rows:
+    `count` minibatches (default: as many as fit) of `size` rows, `unroll` at a time (one compiled
+    graph), contiguous views of the shuffled rows."""
+    if "valid" in data:
+        pieces, per = data["valid"].shape[1], pieces_per_minibatch(data["valid"], size)
+        for first in range(0, pieces - per + 1, per):
+            yield {k: v[None] for k, v in take_pieces(data, order[first:first + per]).items()}
+        return
+    size = min(size, len(order))
+    count = len(order) // size if count is None else count
+    shuffled = {k: v[order] for k, v in data.items()}
+    for first in range(0, count, unroll):
+        group = min(unroll, count - first)
+        yield {k: v[first * size : (first + group) * size].view(group, size, *v.shape[1:]) for k, v in shuffled.items()}
+
+
 def evaluate_steps(model, data: dict, *, with_entropy: bool = True):
     """The model's log-probabilities, entropies and values for `data`'s actions: flat steps for a
     feed-forward model; for a recurrent one, the valid steps of `data`'s pieces, flat and
