@@ -82,7 +82,9 @@ def test_q_learning_refuses_factored_actions_in_one_line(make_cfg, tmp_path, alg
     with pytest.raises(ConfigError) as err:
         validate_config(make_cfg("env.id=rlpar/MultiDiscreteMatch-v0", f"algo={algo}", run_dir=tmp_path / "q"))
     (problem,) = err.value.problems
-    assert f"algo={algo}" in problem and "MultiDiscrete" in problem and "algo=ppo" in problem
+    assert f"algo={algo}" in problem and "MultiDiscrete" in problem
+    suggested = problem.split("use algo=")[1].replace(" or ", ", ").split(", ")
+    assert "ppo" in suggested and "dqn" not in suggested
 
 
 @pytest.mark.slow
