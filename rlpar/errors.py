@@ -20,6 +20,12 @@ class RunDirError(Exception):
 SHOWN_CHARS = 60  # of a value quoted in a message
 
 
+def positive_integers(values) -> bool:
+    """Whether `values` is a list of integers above 0 (not bools): a config check that the model
+    specs and validation share."""
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+
+
 def shown(value) -> str:
     """`value` as a one-line message quotes it: its repr, cut short (a 10 KB id is not echoed whole)."""
     text = repr(value)

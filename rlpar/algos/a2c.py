@@ -76,19 +76,13 @@ class A2C(Algorithm):
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps,
                                         precision=precision, recurrent=self.model.recurrent,
-                                        images=bool(getattr(policy_spec, "image_shape", ())))
+                                        images=policy_spec.has_images)
         self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True, switch=compile_switch)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()
-
-    def update(self, batch) -> dict:
-        """Learn from one on-policy batch; returns the update's diagnostics."""
-        inputs = self.learning_inputs(batch)
-        stats = self.learn_on_every_rank(inputs)
-        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
 
     def learning_inputs(self, batch) -> dict:
         """The advantages and returns of the whole batch, time-major [T, E], with the learning

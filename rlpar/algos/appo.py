@@ -93,7 +93,7 @@ class APPO(Algorithm):
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
                                         precision=precision, recurrent=self.model.recurrent,
-                                        images=bool(getattr(policy_spec, "image_shape", ())))
+                                        images=policy_spec.has_images)
         self.sequence_length = sequence_length
         self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            switch=compile_switch)
@@ -104,11 +104,6 @@ class APPO(Algorithm):
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)
-
-    def update(self, batch) -> dict:
-        inputs = self.learning_inputs(batch)
-        stats = self.learn_on_every_rank(inputs)
-        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
 
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch from the target network, time-major

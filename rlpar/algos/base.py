@@ -170,6 +170,14 @@ class Algorithm(ABC):
         metrics["time_learn_s"] = time.perf_counter() - start
         return StepResult(batch.num_steps, batch.episode_returns, batch.episode_lengths, metrics)
 
+    def update(self, batch: Batch) -> dict:
+        """An on-policy update (PPO, A2C, IMPALA, APPO): `learning_inputs` reads the whole batch
+        once, `learn` takes the gradient steps (on every rank of a learner group), `finish_update`
+        ends it; the update's diagnostics."""
+        inputs = self.learning_inputs(batch)
+        stats = self.learn_on_every_rank(inputs)
+        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
+
     def finish_update(self, batch: Batch, returns) -> dict:
         """What ends every on-policy update, after its gradient steps: the observation statistics
         take in the batch's raw observations, the policy version advances, and the critic's

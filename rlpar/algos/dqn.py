@@ -94,7 +94,7 @@ class DQN(ReplayLearner):
         self.epsilon_start, self.epsilon_end, self.exploration_steps = epsilon_start, epsilon_end, exploration_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
                                         precision=precision, recurrent=self.recurrent,
-                                        images=bool(getattr(policy_spec, "image_shape", ())))
+                                        images=policy_spec.has_images)
         loss = self.sequence_loss if self.recurrent else self.minibatch_loss
         self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            switch=compile_switch)

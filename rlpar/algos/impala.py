@@ -29,7 +29,7 @@ from rlpar.learning.step import LearningRate
 from rlpar.learning.vtrace import compute_vtrace
 
 # What an update's gradient step takes from its inputs, per valid step.
-LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "vs")
+LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "returns")  # returns: V-trace's targets vs
 
 
 class IMPALA(Algorithm):
@@ -81,17 +81,12 @@ class IMPALA(Algorithm):
         batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps,
                                         precision=precision, recurrent=self.model.recurrent,
-                                        images=bool(getattr(policy_spec, "image_shape", ())))
+                                        images=policy_spec.has_images)
         self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
                                            dynamic=True, switch=compile_switch)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)
-
-    def update(self, batch) -> dict:
-        inputs = self.learning_inputs(batch)
-        stats = self.learn_on_every_rank(inputs)
-        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["vs"])}
 
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch, time-major [T, E], with the
@@ -100,7 +95,7 @@ class IMPALA(Algorithm):
         with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
-        return {"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages, "vs": vs,
+        return {"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages, "returns": vs,
                 "valid": batch.valid, "states": batch.states, "lr": lr}
 
     def learn(self, inputs: dict) -> dict:
@@ -109,13 +104,13 @@ class IMPALA(Algorithm):
         return {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
                 "gradient_steps": 1, **self.step.metrics()}
 
-    def batch_loss(self, obs, actions, pg_advantages, vs, initial_state=None, valid=None):
+    def batch_loss(self, obs, actions, pg_advantages, returns, initial_state=None, valid=None):
         """The loss of a batch's valid steps and its parts (what algo.compile compiles). A
         recurrent policy's batch is whole rollouts ([T, E] arrays, `initial_state` and `valid`)."""
         logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
                                                             "valid": valid})
-        pg_advantages, vs = valid_steps(pg_advantages, valid), valid_steps(vs, valid)
+        pg_advantages, returns = valid_steps(pg_advantages, valid), valid_steps(returns, valid)
         p_loss = policy_gradient_loss(logp, pg_advantages)
-        v_loss = value_loss(values, vs, None, None)
+        v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()
         return p_loss + self.value_coef * v_loss - self.entropy_coef * entropy, torch.stack((p_loss, v_loss, entropy))

@@ -86,7 +86,7 @@ class PPO(Algorithm):
         self.rng = np.random.default_rng([seed, 2])
         self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size,
                                         precision=precision, recurrent=self.model.recurrent,
-                                        images=bool(getattr(policy_spec, "image_shape", ())))
+                                        images=policy_spec.has_images)
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
@@ -101,13 +101,6 @@ class PPO(Algorithm):
         # in both modes; lagging rollouts are dropped (max_policy_lag)
         full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"
         return self.sample_and_update(min_rollouts=self.sampler.num_rollout_workers if full_batch else 1)
-
-    def update(self, batch) -> dict:
-        """Learn from one batch (on-policy, or one update old with non_blocking sampling);
-        returns the update's diagnostics."""
-        inputs = self.learning_inputs(batch)
-        stats = self.learn_on_every_rank(inputs)
-        return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
 
     def learning_inputs(self, batch) -> dict:
         """What the gradient steps take from a batch, time-major [T, E], with the learning rate:

@@ -18,7 +18,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlpar.errors import first_line, shown
+from rlpar.errors import first_line, positive_integers, shown
 
 # Seeds reach numpy, torch, Gymnasium and simulators, some of which take 32-bit signed seeds;
 # environment i of worker replacement g is seeded seed + i + 1,000,003 g.
@@ -389,7 +389,7 @@ def _memory_problem(c: ConfigView, observation, action_size: int, vectorization:
 
     numbers = [c.get(k) for k in ("workers", "envs_per_worker", "algo.rollout_length")]
     hidden = c.get("model.hidden_sizes")
-    if not all(isinstance(n, int) and n >= 1 for n in numbers) or not _positive_integers(hidden):
+    if not all(isinstance(n, int) and n >= 1 for n in numbers) or not positive_integers(hidden):
         return None  # reported on their own
     if c.sizes_refused:
         return None
@@ -414,10 +414,6 @@ def _memory_problem(c: ConfigView, observation, action_size: int, vectorization:
         object_store_bytes=object_store * 2**20 if isinstance(object_store, int) else 0,
     )
     return memory_problem(estimate)
-
-
-def _positive_integers(values) -> bool:
-    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def _worker_process_kind(c: ConfigView) -> str | None:

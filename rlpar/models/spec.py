@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from math import prod
 
 from rlpar.envs.spaces import ActionInfo
+from rlpar.errors import positive_integers
 
 ACTIVATIONS = ("tanh", "relu", "elu")
 ENCODERS = ("auto", "mlp", "nature", "impala", "small")
@@ -18,10 +19,6 @@ NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions ne
 TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
 MODEL_KINDS = {"actor_critic": "a policy and its value", "q_network": "Q-values",
                "actor_q": "an actor and its Q critics"}  # kind -> what an algorithm learns with it
-
-
-def positive_integers(values) -> bool:
-    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
 
 
 def choose_encoder(encoder: str, image_shape: tuple[int, ...]) -> str:
@@ -81,6 +78,11 @@ class NetworkFields:
     acting: str
     recurrent: str | None
     recurrent_size: int
+
+    @property
+    def has_images(self) -> bool:
+        """Whether observations are images (a CNN encoder)."""
+        return bool(self.image_shape)
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
