@@ -58,8 +58,8 @@ class ParameterServer:
 
     def state(self) -> dict:
         """What a restarted server needs to go on: weights, optimiser state and counters."""
-        state = {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer), "version": self.version,
-                 "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
+        state = {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer),
+                 "version": self.version, "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
         if self.target is not None:
             state["target"] = self.target.model.state_dict()
         return state
