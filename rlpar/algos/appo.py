@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,7 +86,7 @@ class APPO(Algorithm):
                            max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.vtrace = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
+        self.vtrace: dict[str, Any] = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
                            clip_c_threshold=clip_c_threshold)
         self.clip, self.kl_coef = clip, kl_coef
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
@@ -123,7 +124,8 @@ class APPO(Algorithm):
         self.receive_from_rank0(inputs)
         data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         self.buffer.append([data, self.reuse_per_batch])
-        stats, samples = [], []
+        stats: list = []
+        samples: list = []
         for entry in list(self.buffer):  # one pass over every batch still in use, newest included
             entry_stats, entry_samples = self.train_on(entry[0])
             stats, samples = stats + entry_stats, samples + entry_samples

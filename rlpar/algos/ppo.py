@@ -114,7 +114,8 @@ class PPO(Algorithm):
             self.model.value_normalizer.update(targets.mean(keepdims=True), targets.var(keepdims=True), targets.size)
         # each epoch's shuffle (of valid steps, or of a recurrent policy's pieces), drawn here: in
         # a group, rank 0 deals them out
-        size = piece_count(*batch.valid.shape, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
+        steps, envs = batch.valid.shape
+        size = piece_count(steps, envs, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
         return {"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp, "old_values": batch.values,
                 "advantages": advantages, "returns": returns, "valid": batch.valid, "states": batch.states, "lr": lr,
                 "lagged": batch.policy_version < self.version,

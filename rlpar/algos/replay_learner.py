@@ -166,7 +166,9 @@ class ReplayLearner(Algorithm):
         """Count the non-finite steps a compiled step skipped (CompiledStep.settle)."""
         self.gradient_step.settle()
 
-    def learning_inputs(self, *, lr: float, most: int | None) -> tuple[list, dict]:
+    # Not the on-policy template's learning_inputs(batch) (Algorithm.update): a replay learner's
+    # update (learn_from_replay) draws its inputs from the replay.
+    def learning_inputs(self, *, lr: float, most: int | None) -> tuple[list, dict]:  # type: ignore[override]
         """Up to `most` minibatches from the replay (None: as many as it serves) with their
         importance weights and the learning rate, and where each came from (for its
         priorities): rank 0's part of an update, as it owns the replay."""
