@@ -165,8 +165,10 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
         raise TypeError("a recurrent actor-critic reads sequences: use sequence_outputs or evaluate_actions with "
                         "initial_state and valid")
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, *,  # type: ignore[override]
-                         initial_state: torch.Tensor, valid: torch.Tensor):
+    def evaluate_actions(  # type: ignore[override]
+        self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, *, initial_state: torch.Tensor,
+        valid: torch.Tensor
+    ):
         """Log-probabilities, entropies and values of the valid steps of sequences ([T, E, ...]
         observations and actions from `initial_state` [E, S]), flat and time-major, the order of
         rlpar.learning.batch_tensors.valid_step_tensors."""
