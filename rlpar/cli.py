@@ -126,7 +126,9 @@ def _hydra_argv(argv: list[str]) -> list[str]:
     from rlpar.config.presets import chooses_preset
 
     args = get_args_parser().parse_args(argv)
-    if args.shell_completion or args.hydra_help or args.config_name or args.config_path:  # Hydra's own, or another config
+    if (
+        args.shell_completion or args.hydra_help or args.config_name or args.config_path
+    ):  # Hydra's own, or another config
         return argv
     if problems := override_problems(args.overrides):
         _refuse(problems)
@@ -161,8 +163,9 @@ def _job_preset(cfg, hydra, overrides: list[str]):
     if not _preset_chosen_by_user and chosen != wanted:
         kept = without_preset(overrides)
         searchpath = [o for o in hydra.overrides.hydra if o.startswith("hydra.searchpath")]  # a user's own configs
-        cfg = compose(config_name="config",
-                      overrides=[*searchpath, *kept, *([preset_override(wanted)] if wanted else [])])
+        cfg = compose(
+            config_name="config", overrides=[*searchpath, *kept, *([preset_override(wanted)] if wanted else [])]
+        )
         chosen = wanted
     return cfg, preset_line(cfg, chosen)
 
@@ -196,7 +199,9 @@ def run_job(cfg) -> float | None:
             cfg = config_for_resume(cfg)  # the run's own config: its preset was applied when it started
         else:
             hydra = HydraConfig.get()
-            overrides = cast(list[str], OmegaConf.to_container(hydra.overrides.task, resolve=False))  # `x=${y}` as typed
+            overrides = cast(
+                list[str], OmegaConf.to_container(hydra.overrides.task, resolve=False)
+            )  # `x=${y}` as typed
             cfg, preset = _job_preset(cfg, hydra, overrides)
             if not _preset_chosen_by_user:  # the rerun command of a search's best trial names what the user typed
                 from rlpar.config.presets import without_preset
@@ -293,8 +298,9 @@ def _load_rlpar_while_ray_starts(cfg) -> None:
         return
     from rlpar.cluster.connection import start_private_instance_early
 
-    loader = threading.Thread(target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True,
-                              name=LOADER_THREAD)
+    loader = threading.Thread(
+        target=importlib.import_module, args=("rlpar.runtime.run",), daemon=True, name=LOADER_THREAD
+    )
     loader.start()
     start_private_instance_early(num_cpus=cfg.ray.num_cpus, object_store_mb=cfg.ray.object_store_mb)
     loader.join()
@@ -382,23 +388,52 @@ def evaluate(argv: list[str]) -> int:
     parser = _OneLineParser(
         prog="rlpar evaluate",
         description="Run the deterministic policy of a run's newest checkpoint on fresh environments: print the "
-                    "returns, append them to RUN_DIR/evaluations.jsonl and TensorBoard (and W&B for a logger=wandb "
-                    "run), and record videos in RUN_DIR/videos/.")
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)")
-    parser.add_argument("--episodes", type=_integer_at_least(1, "a positive integer"), default=10, metavar="N", help="episodes to run (default 10)")
-    parser.add_argument("--video", action=argparse.BooleanOptionalAction, default=True,
-                        help="record MP4 videos with render_mode=rgb_array (default: on)")
-    parser.add_argument("--video-episodes", type=_integer_at_least(0, "a number of episodes (0 or more)"), default=1, metavar="K",
-                        help="how many of the episodes, the first ones, to record (default 1)")
-    parser.add_argument("--seed", type=int, default=None, metavar="S",
-                        help="seed of the first episode, S+i of episode i (default: the run's seed + 10000, as "
-                             "training's own final evaluation)")
-    parser.add_argument("--stochastic", action="store_true",
-                        help="sample actions from the policy (its distribution; a Q-network: epsilon-greedy at "
-                             "epsilon 0.05) instead of taking the greedy ones; the evaluations.jsonl row says which")
-    parser.add_argument("--trust", action="store_true",
-                        help="import the code that RUN_DIR's config.yaml names (environment, network) even where this "
-                             "user's key did not sign it: a run from elsewhere, or a config.yaml edited to name other code")
+        "returns, append them to RUN_DIR/evaluations.jsonl and TensorBoard (and W&B for a logger=wandb "
+        "run), and record videos in RUN_DIR/videos/.",
+    )
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)"
+    )
+    parser.add_argument(
+        "--episodes",
+        type=_integer_at_least(1, "a positive integer"),
+        default=10,
+        metavar="N",
+        help="episodes to run (default 10)",
+    )
+    parser.add_argument(
+        "--video",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="record MP4 videos with render_mode=rgb_array (default: on)",
+    )
+    parser.add_argument(
+        "--video-episodes",
+        type=_integer_at_least(0, "a number of episodes (0 or more)"),
+        default=1,
+        metavar="K",
+        help="how many of the episodes, the first ones, to record (default 1)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seed of the first episode, S+i of episode i (default: the run's seed + 10000, as "
+        "training's own final evaluation)",
+    )
+    parser.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample actions from the policy (its distribution; a Q-network: epsilon-greedy at "
+        "epsilon 0.05) instead of taking the greedy ones; the evaluations.jsonl row says which",
+    )
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="import the code that RUN_DIR's config.yaml names (environment, network) even where this "
+        "user's key did not sign it: a run from elsewhere, or a config.yaml edited to name other code",
+    )
     args = parser.parse_args(argv)
     interrupts.exit_at_once_on_signals()  # while torch and Gymnasium load
     from rlpar.errors import first_line
@@ -406,9 +441,14 @@ def evaluate(argv: list[str]) -> int:
 
     interrupts.stop_on_signals()
     try:
-        result = evaluate_run(args.run_dir, episodes=args.episodes, seed=args.seed, trust=args.trust,
-                              stochastic=args.stochastic,
-                              video_episodes=min(args.video_episodes, args.episodes) if args.video else 0)
+        result = evaluate_run(
+            args.run_dir,
+            episodes=args.episodes,
+            seed=args.seed,
+            trust=args.trust,
+            stochastic=args.stochastic,
+            video_episodes=min(args.video_episodes, args.episodes) if args.video else 0,
+        )
     except EvaluateError as err:
         print(f"rlpar: evaluate: {err}", file=sys.stderr)
         return err.exit_code

@@ -31,9 +31,24 @@ from rlpar.analysis.runs import is_search_dir, load_runs, no_finished_runs, retu
 from rlpar.analysis.search import Search, load_search, no_trials
 from rlpar.analysis.summary import scaling_rows, summary_rows
 
-COLUMNS = ("env", "mode", "workers", "envs", "seeds", "fps_mean", "fps_std", "speedup", "efficiency",
-           "final_return_mean", "final_return_std", "threshold", "threshold_source", "reached", "steps_to_threshold_mean",
-           "seconds_to_threshold_mean")
+COLUMNS = (
+    "env",
+    "mode",
+    "workers",
+    "envs",
+    "seeds",
+    "fps_mean",
+    "fps_std",
+    "speedup",
+    "efficiency",
+    "final_return_mean",
+    "final_return_std",
+    "threshold",
+    "threshold_source",
+    "reached",
+    "steps_to_threshold_mean",
+    "seconds_to_threshold_mean",
+)
 
 
 def _fmt(value, spec=",.0f"):
@@ -50,14 +65,20 @@ def _reached(row: dict) -> str:
 
 def thresholds_line(rows: list[dict]) -> str:
     """Where each env's return threshold comes from, so a reader can tell a target from a guess."""
-    sources = {"override": "--threshold", "run config": "env.reward_threshold in the run's config",
-               "Gymnasium": "Gymnasium's reward_threshold", "rlpar": "rlpar's target; Gymnasium registers none"}
+    sources = {
+        "override": "--threshold",
+        "run config": "env.reward_threshold in the run's config",
+        "Gymnasium": "Gymnasium's reward_threshold",
+        "rlpar": "rlpar's target; Gymnasium registers none",
+    }
     parts = []
     for env, row in {r["env"]: r for r in rows}.items():
         if row["threshold"] is None:
             parts.append(f"{env}: none (Gymnasium registers none; pass --threshold {env}=VALUE)")
         else:
-            parts.append(f"{env}: {row['threshold']:g} ({sources.get(row['threshold_source'], row['threshold_source'])})")
+            parts.append(
+                f"{env}: {row['threshold']:g} ({sources.get(row['threshold_source'], row['threshold_source'])})"
+            )
     return "Return thresholds: " + "; ".join(parts) + "."
 
 
@@ -80,12 +101,18 @@ def markdown_table(rows: list[dict]) -> str:
 
 def _warn_unknown_thresholds(thresholds: dict[str, float] | None, trained: list[str]) -> None:
     for env in sorted(set(thresholds or {}) - set(trained)):  # a typo would otherwise change nothing, silently
-        print(f"rlpar.report: --threshold {env}: no finished run trained '{env}' (the runs trained {', '.join(trained)})",
-              file=sys.stderr)
+        print(
+            f"rlpar.report: --threshold {env}: no finished run trained '{env}' (the runs trained {', '.join(trained)})",
+            file=sys.stderr,
+        )
 
 
-def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[str, float] | None = None,
-                 benchmark: bool | None = None) -> Path:
+def write_report(
+    sweep_dir: Path,
+    out_dir: Path | None = None,
+    thresholds: dict[str, float] | None = None,
+    benchmark: bool | None = None,
+) -> Path:
     """report.md, results.csv and the plots; `thresholds` overrides return thresholds per env.
     `benchmark`: the benchmark table (None: when the runs come from experiment=benchmark)."""
     sweep_dir = Path(sweep_dir)
@@ -101,8 +128,11 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
         raise SystemExit(f"rlpar.report: {nothing}")
     if benchmark or (benchmark is None and is_benchmark(runs)):
         if thresholds:
-            print("rlpar.report: --threshold is not used by a benchmark report (its bar is RL-Zoo's figure minus "
-                  "one RL-Zoo std)", file=sys.stderr)
+            print(
+                "rlpar.report: --threshold is not used by a benchmark report (its bar is RL-Zoo's figure minus "
+                "one RL-Zoo std)",
+                file=sys.stderr,
+            )
         return write_benchmark_report(sweep_dir, out_dir, runs)
     finished = [r for r in runs if r.status == "finished"]
     rows = scaling_rows(summary_rows(runs, thresholds))
@@ -132,7 +162,9 @@ def write_report(sweep_dir: Path, out_dir: Path | None = None, thresholds: dict[
     lines += policies_section(finished, sweep_dir)
     if problems:
         lines += ["## Runs not included", "", "| run | status | last iteration |", "|---|---|---|"]
-        lines += [f"| {r.path.relative_to(sweep_dir)} | {r.status} | {r.final.get('iteration', '-')} |" for r in problems]
+        lines += [
+            f"| {r.path.relative_to(sweep_dir)} | {r.status} | {r.final.get('iteration', '-')} |" for r in problems
+        ]
         lines.append("")
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -150,12 +182,20 @@ def policies_section(runs, sweep_dir: Path) -> list[str]:
         if last is None:
             continue
         for key in sorted(k for k in last if k.endswith("/agent_return_mean")):
-            lines.append(f"| {run.path.relative_to(sweep_dir) if run.path != sweep_dir else run.path.name} | "
-                         f"{key.split('/')[0]} | {last[key]:.2f} | {last['team_return_mean']:.2f} | {last['env_steps']:,} |")
+            lines.append(
+                f"| {run.path.relative_to(sweep_dir) if run.path != sweep_dir else run.path.name} | "
+                f"{key.split('/')[0]} | {last[key]:.2f} | {last['team_return_mean']:.2f} | {last['env_steps']:,} |"
+            )
     if not lines:
         return []
-    return ["## Policies (multi-agent runs)", "", "| run | policy | agent return | team return | env steps |",
-            "|---|---|---|---|---|", *lines, ""]
+    return [
+        "## Policies (multi-agent runs)",
+        "",
+        "| run | policy | agent return | team return | env steps |",
+        "|---|---|---|---|---|",
+        *lines,
+        "",
+    ]
 
 
 # -- a benchmark: RL-Zoo's table ---------------------------------------------------------------
@@ -232,14 +272,19 @@ def write_benchmark_report(sweep_dir: Path, out_dir: Path, runs) -> Path:
         "and start-up are not counted).",
     ]
     if nearest:
-        lines.append("- **RL-Zoo row of another algorithm**: " + "; ".join(
-            f"{algo} against {zoo_algo}'s" for algo, zoo_algo in nearest)
-            + " (RL-Zoo has no row of its own for them).")
+        lines.append(
+            "- **RL-Zoo row of another algorithm**: "
+            + "; ".join(f"{algo} against {zoo_algo}'s" for algo, zoo_algo in nearest)
+            + " (RL-Zoo has no row of its own for them)."
+        )
     lines.append("")
     if left_out:
         lines += ["## Runs not included", "", "| run | status | last iteration |", "|---|---|---|"]
-        lines += [f"| {r.path.relative_to(sweep_dir) if r.path != sweep_dir else r.path.name} | {why} | "
-                  f"{r.final.get('iteration', '-')} |" for r, why in left_out]
+        lines += [
+            f"| {r.path.relative_to(sweep_dir) if r.path != sweep_dir else r.path.name} | {why} | "
+            f"{r.final.get('iteration', '-')} |"
+            for r, why in left_out
+        ]
         lines.append("")
     if plots:
         lines += ["## Learning curves", ""] + [f"![{p.stem}](curves/{p.name})" for p in plots] + [""]
@@ -262,13 +307,30 @@ def trials_table(search: Search, rows: list[dict]) -> str:
     """search.csv as markdown, best first, with each trial's env steps/s; PBT's exploits when there were any."""
     metric = search.metric
     pbt = any(row.get("pbt_exploits") for row in rows)
-    header = ["trial", "status", *search.hyperparameters, f"final {metric}", f"best {metric}", "iterations", "env steps",
-              "env steps/s", *(["PBT exploits"] if pbt else [])]
+    header = [
+        "trial",
+        "status",
+        *search.hyperparameters,
+        f"final {metric}",
+        f"best {metric}",
+        "iterations",
+        "env steps",
+        "env steps/s",
+        *(["PBT exploits"] if pbt else []),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row["trial"], row["status"], *(_fmt(row.get(key), ".4g") for key in search.hyperparameters),
-                 _fmt(row.get(f"final_{metric}"), ".4g"), _fmt(row.get(f"best_{metric}"), ".4g"), _fmt(row.get("iterations")),
-                 _fmt(row.get("env_steps")), _fmt(row.get("fps")), *([_fmt(row.get("pbt_exploits"))] if pbt else [])]
+        cells = [
+            row["trial"],
+            row["status"],
+            *(_fmt(row.get(key), ".4g") for key in search.hyperparameters),
+            _fmt(row.get(f"final_{metric}"), ".4g"),
+            _fmt(row.get(f"best_{metric}"), ".4g"),
+            _fmt(row.get("iterations")),
+            _fmt(row.get("env_steps")),
+            _fmt(row.get("fps")),
+            *([_fmt(row.get("pbt_exploits"))] if pbt else []),
+        ]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -278,13 +340,20 @@ def best_section(search: Search, rows: list[dict]) -> list[str]:
     metric = search.metric
     if not search.best:
         leader = f"`{rows[0]['trial']}`" if rows and rows[0].get(f"final_{metric}") is not None else "none yet"
-        return ["## Best trial", "", f"No best.yaml yet (the search is under way or was interrupted); the best final "
-                f"{metric} so far: {leader}.", ""]
+        return [
+            "## Best trial",
+            "",
+            f"No best.yaml yet (the search is under way or was interrupted); the best final {metric} so far: {leader}.",
+            "",
+        ]
     best = search.best
     overrides = ", ".join(f"{key}={value}" for key, value in (best.get("overrides") or {}).items())
-    lines = ["## Best trial", "",
-             f"`{best.get('trial')}` ({best.get('status')}; {overrides}): final {best.get('metric', metric)} "
-             f"{_fmt(best.get('final'), '.4g')}, best {_fmt(best.get('best'), '.4g')}."]
+    lines = [
+        "## Best trial",
+        "",
+        f"`{best.get('trial')}` ({best.get('status')}; {overrides}): final {best.get('metric', metric)} "
+        f"{_fmt(best.get('final'), '.4g')}, best {_fmt(best.get('best'), '.4g')}.",
+    ]
     if best.get("command"):
         lines += ["", "Rerun it with:", "", "```", str(best["command"]), "```"]
     return lines + [""]
@@ -337,9 +406,12 @@ def write_search_report(search_dir: Path, out_dir: Path, thresholds: dict[str, f
         "",
     ]
     if any(row.get("pbt_exploits") for row in rows):
-        lines += ["Population-based training: a trial went on `PBT exploits` times from another trial's checkpoint, "
-                  "so its hyper-parameters here are its last ones, and its env steps and wall time continue from "
-                  "the other trial's (a gap in its curve).", ""]
+        lines += [
+            "Population-based training: a trial went on `PBT exploits` times from another trial's checkpoint, "
+            "so its hyper-parameters here are its last ones, and its env steps and wall time continue from "
+            "the other trial's (a gap in its curve).",
+            "",
+        ]
     if threshold_rows:
         lines += [thresholds_line(threshold_rows), ""]
     if plot:
@@ -367,11 +439,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m rlpar.report") ->
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep directory)")
-    parser.add_argument("--threshold", action="append", default=[], metavar="ENV=VALUE",
-                        help="return threshold for ENV (an id or entry point as the report names it); repeatable")
-    parser.add_argument("--benchmark", action=argparse.BooleanOptionalAction, default=None,
-                        help="the benchmark table against RL Baselines3 Zoo's figures (default: for runs of "
-                             "experiment=benchmark)")
+    parser.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="ENV=VALUE",
+        help="return threshold for ENV (an id or entry point as the report names it); repeatable",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the benchmark table against RL Baselines3 Zoo's figures (default: for runs of experiment=benchmark)",
+    )
     args = parser.parse_args(argv)
     report = write_report(args.sweep_dir, args.out, parse_thresholds(args.threshold, parser), benchmark=args.benchmark)
     print(f"wrote {report}")

@@ -23,8 +23,9 @@ class SecretFileError(Exception):
     """A secret file that cannot be used, said in one line with what to do about it."""
 
 
-def read_secret(path: Path, *, what: str, min_chars: int = 1, hex_only: bool = False,
-                private: bool = True) -> str | None:
+def read_secret(
+    path: Path, *, what: str, min_chars: int = 1, hex_only: bool = False, private: bool = True
+) -> str | None:
     """The stripped text of the secret at `path`; None where there is none yet: no file, or an
     empty one (what an interrupted write leaves). SecretFileError when it exists but cannot be
     used: not a regular file, unreadable, shorter than `min_chars`, not hexadecimal (`hex_only`),
@@ -42,11 +43,14 @@ def read_secret(path: Path, *, what: str, min_chars: int = 1, hex_only: bool = F
         raise SecretFileError(
             f"{what} {path} is open to other users (mode {stat.S_IMODE(info.st_mode):04o}): whoever read it can "
             f"forge what it signs. If nobody else can have read it, run `chmod 600 {path}`; otherwise delete it "
-            f"and rlpar makes a new one")
+            f"and rlpar makes a new one"
+        )
     try:
         text = path.read_bytes().decode("ascii").strip()
     except UnicodeDecodeError:
-        raise SecretFileError(f"{what} {path} holds binary data, not text; delete it and rlpar makes a new one") from None
+        raise SecretFileError(
+            f"{what} {path} holds binary data, not text; delete it and rlpar makes a new one"
+        ) from None
     except OSError as err:
         raise SecretFileError(f"{what} {path} cannot be read ({err.strerror or err})") from None
     if not text:
@@ -54,8 +58,10 @@ def read_secret(path: Path, *, what: str, min_chars: int = 1, hex_only: bool = F
     if hex_only and not set(text) <= HEX_DIGITS:
         raise SecretFileError(f"{what} {path} does not hold hexadecimal digits; delete it and rlpar makes a new one")
     if len(text) < min_chars:
-        raise SecretFileError(f"{what} {path} holds {len(text)} characters, fewer than the {min_chars} a secret "
-                              f"needs; delete it and rlpar makes a new one")
+        raise SecretFileError(
+            f"{what} {path} holds {len(text)} characters, fewer than the {min_chars} a secret "
+            f"needs; delete it and rlpar makes a new one"
+        )
     return text
 
 

@@ -82,8 +82,14 @@ def verify(data: bytes, signature) -> None:
     except SecretFileError as err:  # an unusable key verifies nothing
         raise UntrustedPickleError(str(err)) from None
     if not isinstance(signature, str) or key is None or not hmac.compare_digest(_signature(key, data), signature):
-        reason = "it is not signed" if not isinstance(signature, str) else (
-            f"there is no key at {key_path()}" if key is None else f"its signature does not match the key at {key_path()}"
+        reason = (
+            "it is not signed"
+            if not isinstance(signature, str)
+            else (
+                f"there is no key at {key_path()}"
+                if key is None
+                else f"its signature does not match the key at {key_path()}"
+            )
         )
         raise UntrustedPickleError(reason)
 

@@ -62,24 +62,53 @@ class A2C(Algorithm):
         (rlpar.learning.compiled), used from gradient step `compile_switch` on (or `ready`: as
         soon as it is compiled). `sequence_length`: a recurrent policy's learning pieces, in
         steps (None: the rollout)."""
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
-                         reward_clip=reward_clip)
-        self.objective = ActorCriticLoss(gamma=gamma, advantage=advantage, n_steps=n_steps, gae_lambda=gae_lambda,
-                                         value_coef=value_coef, entropy_coef=entropy_coef,
-                                         normalize_advantages=normalize_advantages)
-        self.optimizer_settings: dict[str, Any] = dict(optimizer=optimizer, lr=lr, optimizer_eps=optimizer_eps,
-                                       rmsprop_alpha=rmsprop_alpha)
-        self.set_optimizer(build_optimizer(self.parameters, **self.optimizer_settings), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            reward_scale=reward_scale,
+            normalize_rewards=normalize_rewards,
+            reward_clip=reward_clip,
+        )
+        self.objective = ActorCriticLoss(
+            gamma=gamma,
+            advantage=advantage,
+            n_steps=n_steps,
+            gae_lambda=gae_lambda,
+            value_coef=value_coef,
+            entropy_coef=entropy_coef,
+            normalize_advantages=normalize_advantages,
+        )
+        self.optimizer_settings: dict[str, Any] = dict(
+            optimizer=optimizer, lr=lr, optimizer_eps=optimizer_eps, rmsprop_alpha=rmsprop_alpha
+        )
+        self.set_optimizer(
+            build_optimizer(self.parameters, **self.optimizer_settings),
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+        )
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // rollout_steps,
-                                        precision=precision, recurrent=self.model.recurrent,
-                                        images=policy_spec.has_images)
+        self.compiled = compile_setting(
+            compile,
+            expected_gradient_steps=total_steps // rollout_steps,
+            precision=precision,
+            recurrent=self.model.recurrent,
+            images=policy_spec.has_images,
+        )
         self.sequence_length = sequence_length
-        self.gradient_step = gradient_step(self.rollout_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           dynamic=True, switch=compile_switch)
+        self.gradient_step = gradient_step(
+            self.rollout_loss,
+            model=self.model,
+            guard=self.step,
+            compiled=self.compiled,
+            dynamic=True,
+            switch=compile_switch,
+        )
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()
@@ -89,8 +118,15 @@ class A2C(Algorithm):
         rate: done once (on rank 0 in a learner group), as they advance running statistics."""
         lr = self.count_steps(batch)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
-        return {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns,
-                "valid": batch.valid, "states": batch.states, "lr": lr}
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "advantages": advantages,
+            "returns": returns,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+        }
 
     def learn(self, inputs: dict) -> dict:
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
@@ -111,14 +147,25 @@ class A2C(Algorithm):
         if self.collective is not None and objective.normalize_advantages:
             advantages = self.collective.normalize(advantages)
             objective = replace(objective, normalize_advantages=False)
-        return objective(self.model, obs=obs, actions=actions, advantages=advantages, returns=returns,
-                         initial_state=initial_state, valid=valid)
+        return objective(
+            self.model,
+            obs=obs,
+            actions=actions,
+            advantages=advantages,
+            returns=returns,
+            initial_state=initial_state,
+            valid=valid,
+        )
 
     def loss_stats(self, parts) -> dict:
         """The loss's parts ([policy, value, entropy]) and the policy's spread, as logged."""
         loss_policy, loss_value, loss_entropy = parts.tolist()
-        out = {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
-               **self.step.metrics()}
+        out = {
+            "loss_policy": loss_policy,
+            "loss_value": loss_value,
+            "loss_entropy": loss_entropy,
+            **self.step.metrics(),
+        }
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out

@@ -45,8 +45,9 @@ class A3C(A2C):
     worker_class = GradientWorker
     central_inference = False
     data_parallel = False
-    not_data_parallel_because = ("does not learn in one place that can be split (its workers or a parameter server "
-                                 "make the gradients)")
+    not_data_parallel_because = (
+        "does not learn in one place that can be split (its workers or a parameter server make the gradients)"
+    )
     recurrent_policies = True  # each worker's gradient over its rollout in sequence, from the stored start state
     worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
@@ -58,9 +59,12 @@ class A3C(A2C):
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
-        return {"objective": ActorCriticLoss(**{k: algo_config[k] for k in OBJECTIVE_KEYS}),
-                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip"),
-                "precision": algo_config.get("precision", "fp32")}
+        return {
+            "objective": ActorCriticLoss(**{k: algo_config[k] for k in OBJECTIVE_KEYS}),
+            "reward_scale": algo_config["reward_scale"],
+            "reward_clip": algo_config.get("reward_clip"),
+            "precision": algo_config.get("precision", "fp32"),
+        }
 
     def __init__(self, *, server_sync_interval: int = 10, **a2c_kwargs):
         """`a2c_kwargs`: A2C's hyper-parameters (the workers take the objective's from the config,
@@ -70,21 +74,38 @@ class A3C(A2C):
         self.server_sync_interval = server_sync_interval
         self.iterations = 0
         settings = dict(
-            policy_spec=self.policy_spec, total_steps=self.total_steps, seed=a2c_kwargs["seed"],
-            max_grad_norm=self.step.max_grad_norm, max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
-            learning_rate=self.lr, optimizer=self.optimizer_settings, target_update_every=self.target_update_every)
-        self.server = self.sampler.start_service(ParameterServer, name="parameter server", settings=settings,
-                                                 in_shared_memory=self.share, on_lost=self.restart_state)
+            policy_spec=self.policy_spec,
+            total_steps=self.total_steps,
+            seed=a2c_kwargs["seed"],
+            max_grad_norm=self.step.max_grad_norm,
+            max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
+            learning_rate=self.lr,
+            optimizer=self.optimizer_settings,
+            target_update_every=self.target_update_every,
+        )
+        self.server = self.sampler.start_service(
+            ParameterServer,
+            name="parameter server",
+            settings=settings,
+            in_shared_memory=self.share,
+            on_lost=self.restart_state,
+        )
         self.server.keep()
 
     # -- the parameter server ---------------------------------------------------------------
     def share(self, state: dict | None) -> SharedParameters:
         """The server where workers share the learner's memory (Hogwild): the learner's model and
         optimiser, moved to shared memory."""
-        return SharedParameters(model=self.model, optimizer=self.optimizer, learning_rate=self.lr,
-                                total_steps=self.total_steps, max_grad_norm=self.step.max_grad_norm,
-                                max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
-                                target_update_every=self.target_update_every, state=state)
+        return SharedParameters(
+            model=self.model,
+            optimizer=self.optimizer,
+            learning_rate=self.lr,
+            total_steps=self.total_steps,
+            max_grad_norm=self.step.max_grad_norm,
+            max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
+            target_update_every=self.target_update_every,
+            state=state,
+        )
 
     def restart_state(self, kept: dict) -> dict:
         """A lost server restarts from the newest copy kept, its version moved past every
@@ -123,11 +144,16 @@ class A3C(A2C):
         if self.server.shared:
             metrics = {k: v for k, v in metrics.items() if not k.startswith("policy_lag")}  # see sampler_version
         staleness = [a["staleness"] for a in answers]
-        metrics.update(gradients_applied=len(answers), parameter_server_restarts=self.server.restarts,
-                       policy_version=self.version)
+        metrics.update(
+            gradients_applied=len(answers), parameter_server_restarts=self.server.restarts, policy_version=self.version
+        )
         if staleness:
-            metrics.update(gradient_staleness_min=min(staleness), gradient_staleness_mean=float(np.mean(staleness)),
-                           gradient_staleness_max=max(staleness), nonfinite_updates=answers[-1]["nonfinite_updates"])
+            metrics.update(
+                gradient_staleness_min=min(staleness),
+                gradient_staleness_mean=float(np.mean(staleness)),
+                gradient_staleness_max=max(staleness),
+                nonfinite_updates=answers[-1]["nonfinite_updates"],
+            )
         losses = batch.extras.get("loss", [])
         if losses:
             metrics.update({k: float(np.mean([loss[k] for loss in losses])) for k in losses[0]})
@@ -159,8 +185,12 @@ class A3C(A2C):
         """The server's state: where it shares the learner's memory or process, current (read
         while workers may be writing it); elsewhere, the newest copy kept (at most
         server_sync_interval iterations old)."""
-        return {"server": self.server.state(), "steps_seen": self.steps_seen, "version": self.version,
-                "server_restarts": self.server.restarts}
+        return {
+            "server": self.server.state(),
+            "steps_seen": self.steps_seen,
+            "version": self.version,
+            "server_restarts": self.server.restarts,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         state = _from_hogwild_layout(state)

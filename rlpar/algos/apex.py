@@ -22,14 +22,23 @@ from rlpar.learning.exploration import SpreadEpsilons
 class ApeX(ShardedReplay, DQN):
     # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
     # write raw rewards (clipped when reward_clip is set), unscaled; no sequences (feed-forward only).
-    KEYWORDS_NOT_FORWARDED = ("epsilon_start", "epsilon_end", "exploration_steps", "reward_scale", "burn_in",
-                              "sequence_length")
+    KEYWORDS_NOT_FORWARDED = (
+        "epsilon_start",
+        "epsilon_end",
+        "exploration_steps",
+        "reward_scale",
+        "burn_in",
+        "sequence_length",
+    )
 
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
         sampler = dqn_kwargs["sampler"]  # None on a learner group's other ranks, which neither act nor replay
-        self.exploration = SpreadEpsilons(num_envs=sampler.num_envs if sampler is not None else 1,
-                                          epsilon=exploration_epsilon, alpha=exploration_alpha)
+        self.exploration = SpreadEpsilons(
+            num_envs=sampler.num_envs if sampler is not None else 1,
+            epsilon=exploration_epsilon,
+            alpha=exploration_alpha,
+        )
         super().__init__(**dqn_kwargs)
 
     def epsilon(self) -> float:

@@ -79,25 +79,46 @@ class APPO(Algorithm):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
-                         reward_clip=reward_clip)
-        self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            reward_scale=reward_scale,
+            normalize_rewards=normalize_rewards,
+            reward_clip=reward_clip,
+        )
+        self.set_optimizer(
+            adam(self.parameters, lr=lr, eps=1e-5),
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+        )
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.vtrace: dict[str, Any] = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
-                           clip_c_threshold=clip_c_threshold)
+        self.vtrace: dict[str, Any] = dict(
+            gamma=gamma,
+            vtrace_lambda=vtrace_lambda,
+            clip_rho_threshold=clip_rho_threshold,
+            clip_c_threshold=clip_c_threshold,
+        )
         self.clip, self.kl_coef = clip, kl_coef
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
         self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
-                                        precision=precision, recurrent=self.model.recurrent,
-                                        images=policy_spec.has_images)
+        self.compiled = compile_setting(
+            compile,
+            expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
+            precision=precision,
+            recurrent=self.model.recurrent,
+            images=policy_spec.has_images,
+        )
         self.sequence_length = sequence_length
-        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           switch=compile_switch)
+        self.gradient_step = gradient_step(
+            self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled, switch=compile_switch
+        )
         self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
         self.batches_per_update = batches_per_update
         self.gradient_steps = 0
@@ -114,9 +135,17 @@ class APPO(Algorithm):
         with torch.no_grad():  # targets from the target network, computed once per batch
             inputs, _, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
         vs, advantages = compute_vtrace(**inputs, **self.vtrace)
-        return {"obs": batch.obs, "actions": batch.actions, "behaviour_logp": batch.logp,
-                "target_logp": inputs["target_logp"], "advantages": advantages, "returns": vs,
-                "valid": batch.valid, "states": batch.states, "lr": lr}
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "behaviour_logp": batch.logp,
+            "target_logp": inputs["target_logp"],
+            "advantages": advantages,
+            "returns": vs,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+        }
 
     def learn(self, inputs: dict) -> dict:
         """The batch (the whole one, or in a learner group this rank's environment columns of it)
@@ -135,8 +164,13 @@ class APPO(Algorithm):
         self.gradient_step.settle()
         losses = self.minibatch_mean(torch.stack(stats), samples).tolist() if stats else [float("nan")] * 5
         return {
-            "loss_policy": losses[0], "loss_value": losses[1], "loss_entropy": losses[2], "approx_kl": losses[3],
-            "clip_fraction": losses[4], "gradient_steps": len(stats), "buffered_batches": len(self.buffer),
+            "loss_policy": losses[0],
+            "loss_value": losses[1],
+            "loss_entropy": losses[2],
+            "approx_kl": losses[3],
+            "clip_fraction": losses[4],
+            "gradient_steps": len(stats),
+            "buffered_batches": len(self.buffer),
             **self.step.metrics(),
         }
 
@@ -167,16 +201,19 @@ class APPO(Algorithm):
         super().join_learner_group(collective)
         self.buffer.clear()
 
-    def minibatch_loss(self, obs, actions, behaviour_logp, target_logp, advantages, returns, initial_state=None,
-                       valid=None):
+    def minibatch_loss(
+        self, obs, actions, behaviour_logp, target_logp, advantages, returns, initial_state=None, valid=None
+    ):
         """The loss of one minibatch and its parts (what algo.compile compiles). A recurrent
         policy's minibatch is pieces ([L, P] arrays, `initial_state` and `valid`): the loss is
         over their valid steps."""
-        logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
-                                                            "valid": valid})
+        logp, entropy, values = evaluate_steps(
+            self.model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
+        )
         if valid is not None:
             behaviour_logp, target_logp, advantages, returns = (
-                valid_steps(x, valid) for x in (behaviour_logp, target_logp, advantages, returns))
+                valid_steps(x, valid) for x in (behaviour_logp, target_logp, advantages, returns)
+            )
         if self.normalize_advantages:  # over the minibatch of every rank in a learner group
             advantages = self.normalized(advantages)
         p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
@@ -189,9 +226,13 @@ class APPO(Algorithm):
     def state_dict(self) -> dict:
         """Model, optimiser and counters, the target network and the buffer (a resumed local run
         continues exactly)."""
-        return {**super().state_dict(), "target_model": self.target_model.state_dict(),
-                "buffer": [{"data": data, "uses_left": uses} for data, uses in self.buffer],
-                "gradient_steps": self.gradient_steps, "rng": self.rng.bit_generator.state}
+        return {
+            **super().state_dict(),
+            "target_model": self.target_model.state_dict(),
+            "buffer": [{"data": data, "uses_left": uses} for data, uses in self.buffer],
+            "gradient_steps": self.gradient_steps,
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

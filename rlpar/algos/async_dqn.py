@@ -28,21 +28,36 @@ class AsyncDQN(A3C):
     # The actor-critic objective's keys, and reward normalisation (workers see raw rewards). A plain
     # assignment, read by rlpar.config.known_keys: mypy takes A3C's 1-tuple for its type.
     KEYWORDS_NOT_FORWARDED = (  # type: ignore[assignment]
-        "normalize_rewards", "advantage", "gae_lambda", "value_coef", "entropy_coef",
-                              "normalize_advantages")
+        "normalize_rewards",
+        "advantage",
+        "gae_lambda",
+        "value_coef",
+        "entropy_coef",
+        "normalize_advantages",
+    )
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
-        return {"objective": NStepQLoss(gamma=algo_config["gamma"], n_steps=algo_config["n_steps"]),
-                "reward_scale": algo_config["reward_scale"], "reward_clip": algo_config.get("reward_clip"),
-                "precision": algo_config.get("precision", "fp32")}
+        return {
+            "objective": NStepQLoss(gamma=algo_config["gamma"], n_steps=algo_config["n_steps"]),
+            "reward_scale": algo_config["reward_scale"],
+            "reward_clip": algo_config.get("reward_clip"),
+            "precision": algo_config.get("precision", "fp32"),
+        }
 
-    def __init__(self, *, target_update_every: int = 500, exploration_epsilon: float = 0.4,
-                 exploration_alpha: float = 7.0, **a3c_kwargs):
+    def __init__(
+        self,
+        *,
+        target_update_every: int = 500,
+        exploration_epsilon: float = 0.4,
+        exploration_alpha: float = 7.0,
+        **a3c_kwargs,
+    ):
         """`a3c_kwargs`: A3C's (lr, optimizer, gamma, n_steps, max_grad_norm, ...)."""
         self.target_update_every = target_update_every
-        self.epsilons = SpreadEpsilons(num_envs=a3c_kwargs["sampler"].num_envs, epsilon=exploration_epsilon,
-                                       alpha=exploration_alpha)
+        self.epsilons = SpreadEpsilons(
+            num_envs=a3c_kwargs["sampler"].num_envs, epsilon=exploration_epsilon, alpha=exploration_alpha
+        )
         self.all_returns_mean: float | None = None
         super().__init__(**a3c_kwargs)
 

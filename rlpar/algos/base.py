@@ -55,7 +55,7 @@ class Algorithm(ABC):
     model_kind: str | None = None  # the model kind it must learn (a model spec class's `kind`); None: not checked
     # the Gymnasium action spaces it learns
     action_spaces: tuple[str, ...] = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")
-    central_inference = True     # its workers only act and step, so a server may act for them all
+    central_inference = True  # its workers only act and step, so a server may act for them all
     worker_duties = "act and step environments"  # said when central inference is refused
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
     data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
@@ -76,6 +76,7 @@ class Algorithm(ABC):
         def learning_inputs(self, batch: Batch) -> dict: ...
 
         def learn(self, inputs: dict) -> dict: ...
+
     without_ray: str | None = None  # the algo option that sampler is told to use instead (apex_sac: sac)
 
     @classmethod
@@ -83,9 +84,20 @@ class Algorithm(ABC):
         """Extra arguments for `worker_class`, from the algo group (none for RolloutWorker)."""
         return {}
 
-    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", gamma: float,
-                 reward_scale: float = 1.0, normalize_rewards: bool = False, reward_clip: float | None = None,
-                 model=None):
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        gamma: float,
+        reward_scale: float = 1.0,
+        normalize_rewards: bool = False,
+        reward_clip: float | None = None,
+        model=None,
+    ):
         """`model`: the module to learn, when it is not `policy_spec.build()` (a multi-agent
         algorithm's set of its learners' policies)."""
         torch.manual_seed(seed)
@@ -136,8 +148,12 @@ class Algorithm(ABC):
         metrics["actor_idle_fraction"] = batch.actor_idle_s / active if active > 0 else 0.0
         if len(batches) > 1:
             lags = [self.sampler_version() - v for v in batch.policy_versions]
-            metrics.update(policy_lag_min=min(lags), policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
-                           batches_this_iter=len(lags))
+            metrics.update(
+                policy_lag_min=min(lags),
+                policy_lag_mean=sum(lags) / len(lags),
+                policy_lag_max=max(lags),
+                batches_this_iter=len(lags),
+            )
         return batch, metrics
 
     def sampler_version(self) -> int:
@@ -148,18 +164,29 @@ class Algorithm(ABC):
         """The rewards the losses see: clipped to [-reward_clip, reward_clip], divided by the
         running return's standard deviation (`normalize_rewards`), times `reward_scale`. Call once
         per arriving batch: it advances the running statistics. Logged returns stay raw."""
-        rewards = self.reward_normalizer(clip_rewards(batch.rewards, self.reward_clip), env_ids=batch.env_ids,
-                                         terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid)
+        rewards = self.reward_normalizer(
+            clip_rewards(batch.rewards, self.reward_clip),
+            env_ids=batch.env_ids,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            valid=batch.valid,
+        )
         return rewards * np.float32(self.reward_scale)
 
-    def set_optimizer(self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int,
-                      precision: str = "fp32") -> None:
+    def set_optimizer(
+        self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int, precision: str = "fp32"
+    ) -> None:
         """The optimiser of the model's parameters, and the guarded step that applies it (in
         `precision`: rlpar.learning.precision)."""
         self.optimizer = optimizer
-        self.step = GuardedStep(parameters=self.parameters, optimizer=optimizer, max_grad_norm=max_grad_norm,
-                                max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision,
-                                device_type=self.device.type)
+        self.step = GuardedStep(
+            parameters=self.parameters,
+            optimizer=optimizer,
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+            device_type=self.device.type,
+        )
 
     def sample_and_update(self, *, min_rollouts: int = 1) -> StepResult:
         """The usual iteration: a batch (see `sample`), then `self.update(batch)`, timed as
@@ -238,8 +265,14 @@ class Algorithm(ABC):
         """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
         for a recurrent model, [L, P] pieces of `sequence_length` steps (None: whole rollouts)
         with their `valid` steps and stored `initial_state` (rlpar.learning.sequences)."""
-        return step_tensors({name: inputs[name] for name in names}, valid=inputs["valid"], states=inputs["states"],
-                            length=sequence_length, device=self.device, recurrent=self.model.recurrent)
+        return step_tensors(
+            {name: inputs[name] for name in names},
+            valid=inputs["valid"],
+            states=inputs["states"],
+            length=sequence_length,
+            device=self.device,
+            recurrent=self.model.recurrent,
+        )
 
     def receive_from_rank0(self, inputs: dict) -> None:
         """What `learn` takes from rank 0 before its gradient steps, in a group: the model's

@@ -81,37 +81,72 @@ class DQN(ReplayLearner):
         `burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
         self.recurrent = policy_spec.recurrent is not None
         self.burn_in, self.sequence_length = burn_in, sequence_length
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, n_step=n_step, batch_size=batch_size, replay_ratio=replay_ratio,
-                         learning_starts=learning_starts, weight_sync_interval=weight_sync_interval, replay=replay,
-                         reward_scale=reward_scale, reward_clip=reward_clip,
-                         steps_per_item=sequence_length // 2 if self.recurrent else 1)
-        self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            n_step=n_step,
+            batch_size=batch_size,
+            replay_ratio=replay_ratio,
+            learning_starts=learning_starts,
+            weight_sync_interval=weight_sync_interval,
+            replay=replay,
+            reward_scale=reward_scale,
+            reward_clip=reward_clip,
+            steps_per_item=sequence_length // 2 if self.recurrent else 1,
+        )
+        self.set_optimizer(
+            adam(self.parameters, lr=lr, eps=1e-5),
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+        )
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.target_update_every, self.tau, self.double_q = target_update_every, tau, double_q
         self.epsilon_start, self.epsilon_end, self.exploration_steps = epsilon_start, epsilon_end, exploration_steps
-        self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
-                                        precision=precision, recurrent=self.recurrent,
-                                        images=policy_spec.has_images)
+        self.compiled = compile_setting(
+            compile,
+            expected_gradient_steps=int(replay_ratio * total_steps),
+            precision=precision,
+            recurrent=self.recurrent,
+            images=policy_spec.has_images,
+        )
         loss = self.sequence_loss if self.recurrent else self.minibatch_loss
-        self.gradient_step = gradient_step(loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           switch=compile_switch)
+        self.gradient_step = gradient_step(
+            loss, model=self.model, guard=self.step, compiled=self.compiled, switch=compile_switch
+        )
 
     def build_replay(self) -> None:
         """Transitions (ReplayLearner's), or a recurrent Q-network's sequences."""
         if not self.recurrent:
             return super().build_replay()
         spec = self.policy_spec
-        self.use_replay(sequence_fields(obs_dim=spec.obs_dim, obs_dtype=spec.obs_dtype, state_size=spec.state_size,
-                                        burn_in=self.burn_in, length=self.sequence_length),
-                        SequenceWriter(burn_in=self.burn_in, length=self.sequence_length))
+        self.use_replay(
+            sequence_fields(
+                obs_dim=spec.obs_dim,
+                obs_dtype=spec.obs_dtype,
+                state_size=spec.state_size,
+                burn_in=self.burn_in,
+                length=self.sequence_length,
+            ),
+            SequenceWriter(burn_in=self.burn_in, length=self.sequence_length),
+        )
 
     # -- acting -----------------------------------------------------------------------------
     def epsilon(self) -> float:
-        return linear_schedule(self.epsilon_start - self.epsilon_end, steps_seen=self.steps_seen,
-                               total_steps=self.exploration_steps, min_fraction=0.0) + self.epsilon_end
+        return (
+            linear_schedule(
+                self.epsilon_start - self.epsilon_end,
+                steps_seen=self.steps_seen,
+                total_steps=self.exploration_steps,
+                min_fraction=0.0,
+            )
+            + self.epsilon_end
+        )
 
     def get_weights(self) -> dict:
         return {**super().get_weights(), "epsilon": np.float64(self.epsilon())}
@@ -122,16 +157,20 @@ class DQN(ReplayLearner):
     def writer_extras(self, batch) -> dict:
         return {"states": batch.states} if self.recurrent else {}
 
-
     def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
         """Each rank's rows of every minibatch: contiguous, so that rank 0 can put every rank's
         TD errors back in place (`learn`)."""
         from rlpar.learners.shard import row_ranges
 
-        return [{**inputs, "rows": (start, stop),
-                 "minibatches": [{k: v[start:stop] for k, v in m.items()} for m in inputs["minibatches"]],
-                 "weights": [w[start:stop] for w in inputs["weights"]]}
-                for start, stop in row_ranges(self.batch_size, world_size)]
+        return [
+            {
+                **inputs,
+                "rows": (start, stop),
+                "minibatches": [{k: v[start:stop] for k, v in m.items()} for m in inputs["minibatches"]],
+                "weights": [w[start:stop] for w in inputs["weights"]],
+            }
+            for start, stop in row_ranges(self.batch_size, world_size)
+        ]
 
     def learn(self, inputs: dict) -> dict:
         """The gradient steps on `inputs`' minibatches (whole, or in a learner group this rank's
@@ -169,8 +208,16 @@ class DQN(ReplayLearner):
     def sequence_loss(self, weights, **sequences):
         """A minibatch of sequences: the loss, each sequence's priority (in place of a TD error)
         and the Q-values of the trained steps."""
-        return sequence_q_loss(model=self.model, target_model=self.target_model, **sequences, weights=weights,
-                               burn_in=self.burn_in, n=self.n_step, gamma=self.gamma, double_q=self.double_q)
+        return sequence_q_loss(
+            model=self.model,
+            target_model=self.target_model,
+            **sequences,
+            weights=weights,
+            burn_in=self.burn_in,
+            n=self.n_step,
+            gamma=self.gamma,
+            double_q=self.double_q,
+        )
 
     def refresh_target(self) -> None:
         if self.tau < 1.0:

@@ -68,22 +68,50 @@ class IMPALA(Algorithm):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
         valid steps of a batch vary) (rlpar.learning.compiled), used from gradient step
         `compile_switch` on (or `ready`: as soon as it is compiled)."""
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
-                         reward_clip=reward_clip)
-        self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            reward_scale=reward_scale,
+            normalize_rewards=normalize_rewards,
+            reward_clip=reward_clip,
+        )
+        self.set_optimizer(
+            adam(self.parameters, lr=lr, eps=1e-5),
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+        )
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
-        self.vtrace: dict[str, Any] = dict(gamma=gamma, vtrace_lambda=vtrace_lambda, clip_rho_threshold=clip_rho_threshold,
-                           clip_c_threshold=clip_c_threshold)
+        self.vtrace: dict[str, Any] = dict(
+            gamma=gamma,
+            vtrace_lambda=vtrace_lambda,
+            clip_rho_threshold=clip_rho_threshold,
+            clip_c_threshold=clip_c_threshold,
+        )
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.batches_per_update = batches_per_update
-        batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps // batch_steps,
-                                        precision=precision, recurrent=self.model.recurrent,
-                                        images=policy_spec.has_images)
-        self.gradient_step = gradient_step(self.batch_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           dynamic=True, switch=compile_switch)
+        batch_steps = (
+            max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
+        )
+        self.compiled = compile_setting(
+            compile,
+            expected_gradient_steps=total_steps // batch_steps,
+            precision=precision,
+            recurrent=self.model.recurrent,
+            images=policy_spec.has_images,
+        )
+        self.gradient_step = gradient_step(
+            self.batch_loss,
+            model=self.model,
+            guard=self.step,
+            compiled=self.compiled,
+            dynamic=True,
+            switch=compile_switch,
+        )
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)
@@ -95,20 +123,33 @@ class IMPALA(Algorithm):
         with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
-        return {"obs": batch.obs, "actions": batch.actions, "pg_advantages": pg_advantages, "returns": vs,
-                "valid": batch.valid, "states": batch.states, "lr": lr}
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "pg_advantages": pg_advantages,
+            "returns": vs,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+        }
 
     def learn(self, inputs: dict) -> dict:
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
         loss_policy, loss_value, loss_entropy = self.step_on_valid_steps(inputs, LEARNING_ARRAYS).tolist()
-        return {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
-                "gradient_steps": 1, **self.step.metrics()}
+        return {
+            "loss_policy": loss_policy,
+            "loss_value": loss_value,
+            "loss_entropy": loss_entropy,
+            "gradient_steps": 1,
+            **self.step.metrics(),
+        }
 
     def batch_loss(self, obs, actions, pg_advantages, returns, initial_state=None, valid=None):
         """The loss of a batch's valid steps and its parts (what algo.compile compiles). A
         recurrent policy's batch is whole rollouts ([T, E] arrays, `initial_state` and `valid`)."""
-        logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
-                                                            "valid": valid})
+        logp, entropy, values = evaluate_steps(
+            self.model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
+        )
         pg_advantages, returns = valid_steps(pg_advantages, valid), valid_steps(returns, valid)
         p_loss = policy_gradient_loss(logp, pg_advantages)
         v_loss = value_loss(values, returns, None, None)

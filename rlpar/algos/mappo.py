@@ -32,16 +32,27 @@ class IPPO(Algorithm):
     multi_agent = True  # it learns PettingZoo environments' agents (env=pettingzoo), and only those
     centralised_critic = False  # its critic reads the global state: rows carry it (env.global_state)
     data_parallel = False
-    not_data_parallel_because = ("learns each policy with a PPO learner of its own (env.policies), and a learner group "
-                                 "splits the update of one learner, not of a set of them")
+    not_data_parallel_because = (
+        "learns each policy with a PPO learner of its own (env.policies), and a learner group "
+        "splits the update of one learner, not of a set of them"
+    )
     recurrent_policies = False
 
     # PPO's keys (algo.lr, algo.clip, ...) apply to every policy's learner; validation reads them there
     KEYWORDS_FORWARDED_TO = "rlpar.algos.ppo.PPO"
     KEYWORDS_NOT_FORWARDED = ("minibatch_size", "sequence_length")
 
-    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu", minibatches: int = 8,
-                 **ppo_options):
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        minibatches: int = 8,
+        **ppo_options,
+    ):
         """`ppo_options`: PPO's keyword arguments, for each policy's learner. `minibatches`: per
         epoch, each policy's batch is cut into this many (MAPPO's num_mini_batch; a policy's
         share of the batch depends on its agents, hence a count, not a size). `total_steps` are
@@ -50,11 +61,24 @@ class IPPO(Algorithm):
         self.learners: dict[str, PPO] = {}
         for p, (name, spec) in enumerate(policy_spec.policies):
             agents = policy_spec.policy_of.count(p)
-            self.learners[name] = PPO(sampler=None, policy_spec=spec, total_steps=total_steps * agents, seed=seed + p,
-                                      device=device, **ppo_options)
+            self.learners[name] = PPO(
+                sampler=None,
+                policy_spec=spec,
+                total_steps=total_steps * agents,
+                seed=seed + p,
+                device=device,
+                **ppo_options,
+            )
         policies = PolicySet({name: learner.model for name, learner in self.learners.items()})
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=ppo_options.get("gamma", 0.99), model=policies)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=ppo_options.get("gamma", 0.99),
+            model=policies,
+        )
         self.optimizer = None  # each learner keeps its own
         self.minibatches = minibatches
 
@@ -89,13 +113,18 @@ class IPPO(Algorithm):
 
     def state_dict(self) -> dict:
         """A section per policy (its weights, optimiser, statistics and shuffles)."""
-        return {"version": self.version, "policies": {name: learner.state_dict() for name, learner in self.learners.items()}}
+        return {
+            "version": self.version,
+            "policies": {name: learner.state_dict() for name, learner in self.learners.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         missing = set(self.learners) ^ set(state["policies"])
         if missing:
-            raise ValueError(f"the checkpoint's policies {sorted(state['policies'])} are not this run's "
-                             f"{sorted(self.learners)} (env.policies changed?)")
+            raise ValueError(
+                f"the checkpoint's policies {sorted(state['policies'])} are not this run's "
+                f"{sorted(self.learners)} (env.policies changed?)"
+            )
         for name, learner in self.learners.items():
             learner.load_state_dict(state["policies"][name])
         self.version = int(state["version"])

@@ -69,11 +69,23 @@ class PPO(Algorithm):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, normalize_rewards=normalize_rewards,
-                         reward_clip=reward_clip)
-        self.set_optimizer(adam(self.parameters, lr=lr, eps=1e-5), max_grad_norm=max_grad_norm,
-                           max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            reward_scale=reward_scale,
+            normalize_rewards=normalize_rewards,
+            reward_clip=reward_clip,
+        )
+        self.set_optimizer(
+            adam(self.parameters, lr=lr, eps=1e-5),
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+        )
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.clip, self.value_clip = clip, value_clip
@@ -84,16 +96,27 @@ class PPO(Algorithm):
         self.sequence_length = sequence_length
         self.value_norm = getattr(self.model, "value_normalizer", None) is not None
         self.rng = np.random.default_rng([seed, 2])
-        self.compiled = compile_setting(compile, expected_gradient_steps=total_steps * epochs // minibatch_size,
-                                        precision=precision, recurrent=self.model.recurrent,
-                                        images=policy_spec.has_images)
+        self.compiled = compile_setting(
+            compile,
+            expected_gradient_steps=total_steps * epochs // minibatch_size,
+            precision=precision,
+            recurrent=self.model.recurrent,
+            images=policy_spec.has_images,
+        )
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
         batch_steps = sampler.rollout_length * sampler.num_envs if sampler is not None else 2 * minibatch_size
         whole_batch = batch_steps <= minibatch_size
-        self.gradient_step = gradient_step(self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled,
-                                           dynamic=whole_batch, unroll=1 if whole_batch else 4, switch=compile_switch)
+        self.gradient_step = gradient_step(
+            self.minibatch_loss,
+            model=self.model,
+            guard=self.step,
+            compiled=self.compiled,
+            dynamic=whole_batch,
+            unroll=1 if whole_batch else 4,
+            switch=compile_switch,
+        )
 
     def training_step(self) -> StepResult:
         # non_blocking: the workers sample on while the learner updates, and an update still
@@ -107,8 +130,9 @@ class PPO(Algorithm):
         the part of an update that reads the whole batch and advances running statistics
         (steps seen, rewards), done once (on rank 0 in a learner group)."""
         lr = self.count_steps(batch)
-        advantages, returns = compute_gae(**advantage_inputs(batch, self.learning_rewards(batch)),
-                                          gamma=self.gamma, gae_lambda=self.gae_lambda)
+        advantages, returns = compute_gae(
+            **advantage_inputs(batch, self.learning_rewards(batch)), gamma=self.gamma, gae_lambda=self.gae_lambda
+        )
         if self.value_norm:  # the targets' statistics, before the epochs that learn them
             targets = returns[batch.valid].astype(np.float64)
             self.model.value_normalizer.update(targets.mean(keepdims=True), targets.var(keepdims=True), targets.size)
@@ -116,10 +140,19 @@ class PPO(Algorithm):
         # a group, rank 0 deals them out
         steps, envs = batch.valid.shape
         size = piece_count(steps, envs, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
-        return {"obs": batch.obs, "actions": batch.actions, "old_logp": batch.logp, "old_values": batch.values,
-                "advantages": advantages, "returns": returns, "valid": batch.valid, "states": batch.states, "lr": lr,
-                "lagged": batch.policy_version < self.version,
-                "orders": [self.rng.permutation(size) for _ in range(self.epochs)]}
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "old_logp": batch.logp,
+            "old_values": batch.values,
+            "advantages": advantages,
+            "returns": returns,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+            "lagged": batch.policy_version < self.version,
+            "orders": [self.rng.permutation(size) for _ in range(self.epochs)],
+        }
 
     def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
         """Each rank's environment columns, and its part of every minibatch one learner would
@@ -177,7 +210,9 @@ class PPO(Algorithm):
                 new_logps.append(logp.reshape(-1))
                 old_logps.append(valid_steps(part["old_logp"], part.get("valid")).reshape(-1))
             new_logp, old_logp = torch.cat(new_logps), torch.cat(old_logps)
-            epoch_stats.append(torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip))))
+            epoch_stats.append(
+                torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip)))
+            )
             if self.collective is not None:  # every rank stops at the same epoch (target_kl)
                 epoch_stats[-1] = self.collective.mean(epoch_stats[-1], samples=len(new_logp))
             if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
@@ -214,21 +249,36 @@ class PPO(Algorithm):
                 rows = order[start:end]
                 yield {k: v[rows][None] for k, v in data.items()}
             return
-        yield from minibatches(data, torch.from_numpy(inputs["orders"][epoch]), size=self.minibatch_size,
-                               unroll=self.gradient_step.unroll)
+        yield from minibatches(
+            data, torch.from_numpy(inputs["orders"][epoch]), size=self.minibatch_size, unroll=self.gradient_step.unroll
+        )
 
-    def minibatch_loss(self, obs, actions, old_logp, old_values, advantages, returns, behaviour_weights=None,
-                       initial_state=None, valid=None):
+    def minibatch_loss(
+        self,
+        obs,
+        actions,
+        old_logp,
+        old_values,
+        advantages,
+        returns,
+        behaviour_weights=None,
+        initial_state=None,
+        valid=None,
+    ):
         """The loss of one minibatch and its parts (what algo.compile compiles).
         `behaviour_weights`: pi_current / pi_behaviour for a lagged batch (update() passes ones otherwise).
         A recurrent policy's minibatch is pieces ([L, P] arrays, `initial_state` and `valid`):
         the loss is over their valid steps."""
         with_entropy = self.entropy_coef != 0
-        logp, entropy, values = evaluate_steps(self.model, {"obs": obs, "actions": actions, "initial_state": initial_state,
-                                                            "valid": valid}, with_entropy=with_entropy)
+        logp, entropy, values = evaluate_steps(
+            self.model,
+            {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid},
+            with_entropy=with_entropy,
+        )
         if valid is not None:
             old_logp, old_values, advantages, returns, behaviour_weights = (
-                valid_steps(x, valid) for x in (old_logp, old_values, advantages, returns, behaviour_weights))
+                valid_steps(x, valid) for x in (old_logp, old_values, advantages, returns, behaviour_weights)
+            )
         if self.normalize_advantages:  # over the minibatch of every rank in a learner group
             advantages = self.normalized(advantages)
         if behaviour_weights is not None:

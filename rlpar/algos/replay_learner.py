@@ -26,14 +26,37 @@ from rlpar.replay.shard import transition_fields
 class ReplayLearner(Algorithm):
     loss_names: tuple[str, ...] = ()  # what each gradient step's diagnostics (`learn`'s "losses") are, as logged
 
-    def __init__(self, *, sampler, policy_spec, total_steps: int, seed: int, device: str, gamma: float, n_step: int,
-                 batch_size: int, replay_ratio: float, learning_starts: int, weight_sync_interval: int,
-                 replay: ReplaySettings | None, reward_scale: float = 1.0, reward_clip: float | None = None,
-                 steps_per_item: int = 1):
+    def __init__(
+        self,
+        *,
+        sampler,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str,
+        gamma: float,
+        n_step: int,
+        batch_size: int,
+        replay_ratio: float,
+        learning_starts: int,
+        weight_sync_interval: int,
+        replay: ReplaySettings | None,
+        reward_scale: float = 1.0,
+        reward_clip: float | None = None,
+        steps_per_item: int = 1,
+    ):
         """`steps_per_item`: env steps each replayed item brings (a transition 1, a recurrent
         Q-network's sequence its period); `capacity` and `learning_starts` count env steps."""
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, reward_scale=reward_scale, reward_clip=reward_clip)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            reward_scale=reward_scale,
+            reward_clip=reward_clip,
+        )
         self.gamma, self.n_step, self.batch_size, self.replay_ratio = gamma, n_step, batch_size, replay_ratio
         self.learning_starts, self.weight_sync_interval = learning_starts, weight_sync_interval
         self.replay_settings = replay or ReplaySettings()
@@ -51,8 +74,11 @@ class ReplayLearner(Algorithm):
     def build_replay(self) -> None:
         """The learner's replay: ring storage, uniform or prioritised sampling, an n-step writer."""
         fields = transition_fields(self.policy_spec.obs_dim, self.policy_spec.obs_dtype, self.replay_action_size())
-        self.use_replay(fields, NStepWriter(n=self.n_step, gamma=self.gamma),
-                        frame_stack=self.replay_settings.frame_stack(self.policy_spec))
+        self.use_replay(
+            fields,
+            NStepWriter(n=self.n_step, gamma=self.gamma),
+            frame_stack=self.replay_settings.frame_stack(self.policy_spec),
+        )
 
     def replay_action_size(self) -> int:
         """0: actions are indices; else the dimensions of a Box action (transition_fields)."""
@@ -65,12 +91,19 @@ class ReplayLearner(Algorithm):
         replay = self.replay_settings
         capacity = max(replay.capacity // self.steps_per_item, 1)
         self.writer = writer
-        self.storage = replay_storage(capacity=capacity, fields=fields, stack=frame_stack,
-                                      frames_per_transition=replay.frames_per_transition)
+        self.storage = replay_storage(
+            capacity=capacity, fields=fields, stack=frame_stack, frames_per_transition=replay.frames_per_transition
+        )
         self.replay: PrioritizedSampler | UniformSampler
         if replay.prioritized:
-            self.replay = PrioritizedSampler(capacity=capacity, alpha=replay.alpha, beta_start=replay.beta_start,
-                                             beta_end=replay.beta_end, beta_steps=self.beta_steps, seed=self.seed)
+            self.replay = PrioritizedSampler(
+                capacity=capacity,
+                alpha=replay.alpha,
+                beta_start=replay.beta_start,
+                beta_end=replay.beta_end,
+                beta_steps=self.beta_steps,
+                seed=self.seed,
+            )
         else:
             self.replay = UniformSampler(seed=self.seed)
 
@@ -85,10 +118,18 @@ class ReplayLearner(Algorithm):
         stats = self.learning_stats()
         end = time.perf_counter()
         step_s = max(end - began, 1e-9)  # rates over the whole iteration, sampling included
-        metrics.update(stats, time_learn_s=end - start, **self.exploration_metrics(), **self.replay_metrics(),
-                       replay_inserts=self.inserted, replay_samples=self.sampled,
-                       samples_per_insert=self.sampled / max(self.inserted, 1), policy_version=self.version,
-                       inserts_per_s=inserted / step_s, samples_per_s=stats["gradient_steps"] * self.batch_size / step_s)
+        metrics.update(
+            stats,
+            time_learn_s=end - start,
+            **self.exploration_metrics(),
+            **self.replay_metrics(),
+            replay_inserts=self.inserted,
+            replay_samples=self.sampled,
+            samples_per_insert=self.sampled / max(self.inserted, 1),
+            policy_version=self.version,
+            inserts_per_s=inserted / step_s,
+            samples_per_s=stats["gradient_steps"] * self.batch_size / step_s,
+        )
         if self.replay_settings.prioritized:
             metrics["beta"] = self.beta()
         return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
@@ -119,9 +160,17 @@ class ReplayLearner(Algorithm):
 
     def insert(self, batch) -> int:
         """The rollout's finished n-step transitions into the replay; returns how many."""
-        items = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=self.learning_rewards(batch),
-                                terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
-                                env_ids=batch.env_ids, last_obs=batch.last_obs, **self.writer_extras(batch))
+        items = self.writer.add(
+            obs=batch.obs,
+            actions=batch.actions,
+            rewards=self.learning_rewards(batch),
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            valid=batch.valid,
+            env_ids=batch.env_ids,
+            last_obs=batch.last_obs,
+            **self.writer_extras(batch),
+        )
         count = len(items["actions"])
         if count:
             indices = self.storage.add({name: items[name] for name in self.storage.fields})
@@ -207,9 +256,16 @@ class ReplayLearner(Algorithm):
     def state_dict(self) -> dict:
         """With `replay.checkpoint`, the replay's contents too (a resumed local run then
         continues exactly); without, a resumed run refills it from scratch."""
-        state = {**super().state_dict(),
-                 "counters": {"update_credit": self.update_credit, "gradient_steps": self.gradient_steps,
-                              "updates": self.updates, "inserted": self.inserted, "sampled": self.sampled}}
+        state = {
+            **super().state_dict(),
+            "counters": {
+                "update_credit": self.update_credit,
+                "gradient_steps": self.gradient_steps,
+                "updates": self.updates,
+                "inserted": self.inserted,
+                "sampled": self.sampled,
+            },
+        }
         replay = self.replay_state()
         if replay is not None:
             state["replay"] = replay
@@ -218,8 +274,11 @@ class ReplayLearner(Algorithm):
     def replay_state(self) -> dict | None:
         if not self.replay_settings.checkpoint:
             return None
-        return {"storage": self.storage.state_dict(), "sampler": self.replay.state_dict(),
-                "writer": self.writer.state_dict()}
+        return {
+            "storage": self.storage.state_dict(),
+            "sampler": self.replay.state_dict(),
+            "writer": self.writer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

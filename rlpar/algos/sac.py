@@ -74,10 +74,22 @@ class SAC(ReplayLearner):
         """`alpha`: the entropy coefficient α, auto (learned, from `initial_alpha`) or fixed;
         `max_grad_norm`: .inf, no clipping (as the reference implementations). `compile_switch`:
         each step's gradient step from which its compiled graph is used (rlpar.learning.compiled)."""
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device,
-                         gamma=gamma, n_step=n_step, batch_size=batch_size, replay_ratio=replay_ratio,
-                         learning_starts=learning_starts, weight_sync_interval=weight_sync_interval, replay=replay,
-                         reward_scale=reward_scale, reward_clip=reward_clip)
+        super().__init__(
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            gamma=gamma,
+            n_step=n_step,
+            batch_size=batch_size,
+            replay_ratio=replay_ratio,
+            learning_starts=learning_starts,
+            weight_sync_interval=weight_sync_interval,
+            replay=replay,
+            reward_scale=reward_scale,
+            reward_clip=reward_clip,
+        )
         self.tau, self.policy_delay = tau, policy_delay
         self.learn_alpha = alpha == "auto"
         if self.model.temperature is not None:
@@ -85,11 +97,15 @@ class SAC(ReplayLearner):
                 self.model.temperature.log_alpha.fill_(math.log(initial_alpha if self.learn_alpha else float(alpha)))
         self.target_entropy = -float(policy_spec.action.size) if target_entropy == "auto" else float(target_entropy)
         self.target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
-        self.actor_side = nn.ModuleDict({"actor": self.model.actor, **(
-            {"temperature": self.model.temperature} if self.learn_alpha else {})})
-        guard: dict[str, Any] = dict(max_grad_norm=max_grad_norm,
-                     max_consecutive_nonfinite=max_consecutive_nonfinite, precision=precision,
-                     device_type=self.device.type)
+        self.actor_side = nn.ModuleDict(
+            {"actor": self.model.actor, **({"temperature": self.model.temperature} if self.learn_alpha else {})}
+        )
+        guard: dict[str, Any] = dict(
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+            precision=precision,
+            device_type=self.device.type,
+        )
         critic_params = list(self.model.critic.parameters())
         self.optimizer = adam(critic_params, lr=lr)
         self.step = GuardedStep(parameters=critic_params, optimizer=self.optimizer, **guard)
@@ -97,12 +113,19 @@ class SAC(ReplayLearner):
         self.actor_optimizer = adam(actor_params, lr=lr)
         self.actor_guard = GuardedStep(parameters=actor_params, optimizer=self.actor_optimizer, **guard)
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
-        self.compiled = compile_setting(compile, expected_gradient_steps=int(replay_ratio * total_steps),
-                                        precision=precision)
-        self.critic_step = gradient_step(self.critic_loss, model=self.model.critic, guard=self.step,
-                                         compiled=self.compiled, switch=compile_switch)
-        self.actor_step = gradient_step(self.actor_loss, model=self.actor_side, guard=self.actor_guard,
-                                        compiled=self.compiled, switch=compile_switch)
+        self.compiled = compile_setting(
+            compile, expected_gradient_steps=int(replay_ratio * total_steps), precision=precision
+        )
+        self.critic_step = gradient_step(
+            self.critic_loss, model=self.model.critic, guard=self.step, compiled=self.compiled, switch=compile_switch
+        )
+        self.actor_step = gradient_step(
+            self.actor_loss,
+            model=self.actor_side,
+            guard=self.actor_guard,
+            compiled=self.compiled,
+            switch=compile_switch,
+        )
         self.last_actor_stats = torch.zeros(3)  # the latest actor step's (loss, α, entropy), for delayed steps
 
     # -- acting -----------------------------------------------------------------------------
@@ -177,8 +200,12 @@ class SAC(ReplayLearner):
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "actor_optimizer": optimizer_state(self.actor_optimizer),
-                "target_critic": self.target_critic.state_dict(), "last_actor_stats": self.last_actor_stats}
+        return {
+            **super().state_dict(),
+            "actor_optimizer": optimizer_state(self.actor_optimizer),
+            "target_critic": self.target_critic.state_dict(),
+            "last_actor_stats": self.last_actor_stats,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

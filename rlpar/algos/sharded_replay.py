@@ -51,8 +51,12 @@ class ShardedReplay:
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
-        return {"n_step": algo_config["n_step"], "gamma": algo_config["gamma"],
-                "reward_clip": algo_config.get("reward_clip"), "reward_scale": algo_config.get("reward_scale", 1.0)}
+        return {
+            "n_step": algo_config["n_step"],
+            "gamma": algo_config["gamma"],
+            "reward_clip": algo_config.get("reward_clip"),
+            "reward_scale": algo_config.get("reward_scale", 1.0),
+        }
 
     # -- the sharded replay -----------------------------------------------------------------
     def build_replay(self) -> None:
@@ -61,10 +65,16 @@ class ShardedReplay:
         self.num_shards = self.replay_settings.num_shards
         self.rate_limiter = self.rate_limiter_settings()
         self.prefetched: dict[int, object] = {}  # shard -> its next minibatch, already requested
-        self.shards = [self.sampler.start_service(ReplayShard, name=f"replay shard {index} of {self.num_shards}", node_index=index,
-                                                  settings=self.shard_settings(index),
-                                                  on_lost=functools.partial(self.shard_lost, index))
-                       for index in range(self.num_shards)]
+        self.shards = [
+            self.sampler.start_service(
+                ReplayShard,
+                name=f"replay shard {index} of {self.num_shards}",
+                node_index=index,
+                settings=self.shard_settings(index),
+                on_lost=functools.partial(self.shard_lost, index),
+            )
+            for index in range(self.num_shards)
+        ]
         self.turn = 0
         self.last_beta = self.replay_settings.beta_start  # the importance exponent of the latest minibatch
         self.sample_wait_s = 0.0
@@ -79,24 +89,40 @@ class ShardedReplay:
         "Figures behind design choices")."""
         replay = self.replay_settings
         samples_per_insert = replay.samples_per_insert or self.replay_ratio * self.batch_size
-        insert_batch = most_transitions_per_rollout(num_envs=self.sampler.worker_envs,
-                                                    rollout_length=self.sampler.rollout_length, n=self.n_step)
-        least = least_tolerance(samples_per_insert=samples_per_insert, insert_batch=insert_batch,
-                                sample_batch=self.batch_size)
-        writes_per_shard = -(-self.sampler.num_rollout_workers * (MAX_WRITES_IN_FLIGHT + 1) // self.num_shards)  # unanswered at once
+        insert_batch = most_transitions_per_rollout(
+            num_envs=self.sampler.worker_envs, rollout_length=self.sampler.rollout_length, n=self.n_step
+        )
+        least = least_tolerance(
+            samples_per_insert=samples_per_insert, insert_batch=insert_batch, sample_batch=self.batch_size
+        )
+        writes_per_shard = -(
+            -self.sampler.num_rollout_workers * (MAX_WRITES_IN_FLIGHT + 1) // self.num_shards
+        )  # unanswered at once
         tolerance = replay.rate_tolerance or least + samples_per_insert * insert_batch * writes_per_shard
-        return dict(min_size=max(-(-self.learning_starts // self.num_shards), self.batch_size),
-                    samples_per_insert=samples_per_insert, tolerance=tolerance, insert_batch=insert_batch,
-                    sample_batch=self.batch_size)
+        return dict(
+            min_size=max(-(-self.learning_starts // self.num_shards), self.batch_size),
+            samples_per_insert=samples_per_insert,
+            tolerance=tolerance,
+            insert_batch=insert_batch,
+            sample_batch=self.batch_size,
+        )
 
     def shard_settings(self, index: int) -> dict:
         replay = self.replay_settings
-        return dict(capacity=replay.capacity // self.num_shards, obs_dim=self.policy_spec.obs_dim,
-                    obs_dtype=self.policy_spec.obs_dtype, action_size=self.replay_action_size(),
-                    alpha=replay.alpha if replay.prioritized else 0.0, beta_start=replay.beta_start,
-                    beta_end=replay.beta_end, beta_steps=max(self.beta_steps // self.num_shards, 1),
-                    seed=self.seed + 1000 * index, rate_limiter=self.rate_limiter,
-                    frame_stack=replay.frame_stack(self.policy_spec), frames_per_transition=replay.frames_per_transition)
+        return dict(
+            capacity=replay.capacity // self.num_shards,
+            obs_dim=self.policy_spec.obs_dim,
+            obs_dtype=self.policy_spec.obs_dtype,
+            action_size=self.replay_action_size(),
+            alpha=replay.alpha if replay.prioritized else 0.0,
+            beta_start=replay.beta_start,
+            beta_end=replay.beta_end,
+            beta_steps=max(self.beta_steps // self.num_shards, 1),
+            seed=self.seed + 1000 * index,
+            rate_limiter=self.rate_limiter,
+            frame_stack=replay.frame_stack(self.policy_spec),
+            frames_per_transition=replay.frames_per_transition,
+        )
 
     def shard_lost(self, index: int, kept: None) -> None:
         """A shard that died starts again empty; actors receive its new address with the next
@@ -167,19 +193,23 @@ class ShardedReplay:
         for inserts (both cumulative, seconds)."""
         requests = [shard.request("stats") for shard in self.shards]  # asked all at once, answered in turn
         stats = [s for s in (shard.answer(r) for shard, r in zip(self.shards, requests)) if s is not None]
-        return {"replay_size": sum(s["size"] for s in stats),
-                "replay_insert_wait_s": self.insert_wait_s,
-                "replay_sample_wait_s": self.sample_wait_s,
-                "samples_per_insert_target": self.rate_limiter["samples_per_insert"]}
+        return {
+            "replay_size": sum(s["size"] for s in stats),
+            "replay_insert_wait_s": self.insert_wait_s,
+            "replay_sample_wait_s": self.sample_wait_s,
+            "samples_per_insert_target": self.rate_limiter["samples_per_insert"],
+        }
 
     def beta(self) -> float:
         return self.last_beta
 
     def training_step(self):
         result = super().training_step()
-        result.metrics.update(replay_shards=self.num_shards,
-                              replay_shard_restarts=sum(shard.restarts for shard in self.shards),
-                              episode_return_mean_all=self.all_returns_mean)
+        result.metrics.update(
+            replay_shards=self.num_shards,
+            replay_shard_restarts=sum(shard.restarts for shard in self.shards),
+            episode_return_mean_all=self.all_returns_mean,
+        )
         return result
 
     def reported_episodes(self, batch) -> tuple[list, list]:

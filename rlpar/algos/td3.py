@@ -28,10 +28,21 @@ class TD3(SAC):
     # TD3 has no entropy term
     KEYWORDS_NOT_FORWARDED = ("alpha", "initial_alpha", "target_entropy")
 
-    def __init__(self, *, exploration_noise: float = 0.1, target_noise: float = 0.2, target_noise_clip: float = 0.5,
-                 policy_delay: int = 2, **sac_kwargs):
+    def __init__(
+        self,
+        *,
+        exploration_noise: float = 0.1,
+        target_noise: float = 0.2,
+        target_noise_clip: float = 0.5,
+        policy_delay: int = 2,
+        **sac_kwargs,
+    ):
         """`sac_kwargs`: SAC's (lr, gamma, batch_size, replay_ratio, learning_starts, tau, replay, ...)."""
-        self.exploration_noise, self.target_noise, self.target_noise_clip = exploration_noise, target_noise, target_noise_clip
+        self.exploration_noise, self.target_noise, self.target_noise_clip = (
+            exploration_noise,
+            target_noise,
+            target_noise_clip,
+        )
         super().__init__(policy_delay=policy_delay, alpha=0.0, **sac_kwargs)
         self.target_actor = copy.deepcopy(self.model.actor).requires_grad_(False)
         self.last_actor_stats = torch.zeros(1)
@@ -41,8 +52,9 @@ class TD3(SAC):
 
     def critic_loss(self, obs, actions, rewards, next_obs, discounts, weights):
         with torch.no_grad():
-            smoothing = (torch.randn_like(actions) * self.target_noise).clamp(-self.target_noise_clip,
-                                                                              self.target_noise_clip)
+            smoothing = (torch.randn_like(actions) * self.target_noise).clamp(
+                -self.target_noise_clip, self.target_noise_clip
+            )
             next_actions = (self.target_actor.deterministic(next_obs) + smoothing).clamp(-1.0, 1.0)
             targets = rewards + discounts * self.target_critic(next_obs, next_actions).min(0).values
         q = self.model.critic(obs, actions)

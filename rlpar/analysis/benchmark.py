@@ -28,9 +28,27 @@ TRAINING = "training"  # `source` of the row a run's own final evaluation writes
 ALGO_ORDER = ("ppo", "a2c", "dqn", "sac", "td3", "impala", "appo", "apex", "apex_sac", "apex_td3")
 _ENV_ORDER = {env: index for index, env in enumerate(dict.fromkeys(row.env for row in rl_zoo.ROWS))}
 
-COLUMNS = ("algo", "env", "mode", "workers", "seeds", "eval_return_mean", "eval_return_std", "eval_episodes",
-           "eval_return_per_seed", "rl_zoo_algo", "rl_zoo_env", "rl_zoo_mean", "rl_zoo_std", "rl_zoo_budget",
-           "ratio", "reached_rl_zoo_minus_std", "env_steps_mean", "wall_time_s_mean", "curve")
+COLUMNS = (
+    "algo",
+    "env",
+    "mode",
+    "workers",
+    "seeds",
+    "eval_return_mean",
+    "eval_return_std",
+    "eval_episodes",
+    "eval_return_per_seed",
+    "rl_zoo_algo",
+    "rl_zoo_env",
+    "rl_zoo_mean",
+    "rl_zoo_std",
+    "rl_zoo_budget",
+    "ratio",
+    "reached_rl_zoo_minus_std",
+    "env_steps_mean",
+    "wall_time_s_mean",
+    "curve",
+)
 
 
 def is_benchmark(runs: list[Run]) -> bool:
@@ -63,8 +81,14 @@ def final_evaluation(run: Run) -> dict | None:
     if own:
         return own[-1]
     final_steps = run.final.get("env_steps")
-    later = [row for row in rows if row.get("source") != TRAINING and row.get("eval_return_mean") is not None
-             and final_steps is not None and row.get("env_steps") == final_steps]
+    later = [
+        row
+        for row in rows
+        if row.get("source") != TRAINING
+        and row.get("eval_return_mean") is not None
+        and final_steps is not None
+        and row.get("env_steps") == final_steps
+    ]
     return later[-1] if later else None
 
 
@@ -75,8 +99,15 @@ def row_key(run: Run) -> tuple:
 def _order(key: tuple) -> tuple:
     algo, env, mode, workers = key
     zoo_env = rl_zoo.zoo_env(env)
-    return (_ENV_ORDER.get(zoo_env or "", len(_ENV_ORDER)), env, ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER),
-            algo, mode != "local", mode, workers)
+    return (
+        _ENV_ORDER.get(zoo_env or "", len(_ENV_ORDER)),
+        env,
+        ALGO_ORDER.index(algo) if algo in ALGO_ORDER else len(ALGO_ORDER),
+        algo,
+        mode != "local",
+        mode,
+        workers,
+    )
 
 
 def group_rows(runs: list[Run]) -> dict[tuple, list[tuple[Run, dict]]]:
@@ -130,17 +161,29 @@ def benchmark_rows(runs: list[Run]) -> list[dict]:
         wall = [seconds for run, _ in members if (seconds := run.final.get("wall_time_s")) is not None]
         ratio = rl_zoo.ratio(mean, zoo.mean) if zoo else None
         hit = reached(mean, zoo)
-        rows.append({
-            "algo": algo, "env": env, "mode": mode, "workers": workers, "seeds": len(members),
-            "eval_return_mean": mean, "eval_return_std": std,
-            "eval_episodes": "/".join(str(e) for e in episodes),
-            "eval_return_per_seed": " ".join(f"s{run.seed}:{value:.1f}" for (run, _), value in zip(members, values)),
-            "rl_zoo_algo": zoo.algo if zoo else None, "rl_zoo_env": zoo.env if zoo else None,
-            "rl_zoo_mean": zoo.mean if zoo else None, "rl_zoo_std": zoo.std if zoo else None,
-            "rl_zoo_budget": zoo.n_timesteps if zoo else None,
-            "ratio": ratio, "reached_rl_zoo_minus_std": None if hit is None else ("yes" if hit else "no"),
-            "env_steps_mean": float(np.mean([run.final["env_steps"] for run, _ in members])),
-            "wall_time_s_mean": float(np.mean(wall)) if wall else None,
-            "curve": f"curves/{curve_name(key)}",
-        })
+        rows.append(
+            {
+                "algo": algo,
+                "env": env,
+                "mode": mode,
+                "workers": workers,
+                "seeds": len(members),
+                "eval_return_mean": mean,
+                "eval_return_std": std,
+                "eval_episodes": "/".join(str(e) for e in episodes),
+                "eval_return_per_seed": " ".join(
+                    f"s{run.seed}:{value:.1f}" for (run, _), value in zip(members, values)
+                ),
+                "rl_zoo_algo": zoo.algo if zoo else None,
+                "rl_zoo_env": zoo.env if zoo else None,
+                "rl_zoo_mean": zoo.mean if zoo else None,
+                "rl_zoo_std": zoo.std if zoo else None,
+                "rl_zoo_budget": zoo.n_timesteps if zoo else None,
+                "ratio": ratio,
+                "reached_rl_zoo_minus_std": None if hit is None else ("yes" if hit else "no"),
+                "env_steps_mean": float(np.mean([run.final["env_steps"] for run, _ in members])),
+                "wall_time_s_mean": float(np.mean(wall)) if wall else None,
+                "curve": f"curves/{curve_name(key)}",
+            }
+        )
     return rows

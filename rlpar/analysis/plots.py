@@ -62,11 +62,11 @@ def panel_grid(titles: list[str]):
     rows, columns = grid_shape(len(titles))
     fig, axes = plt.subplots(rows, columns, figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows), squeeze=False)
     flat = list(axes.flat)
-    for ax in flat[len(titles):]:
+    for ax in flat[len(titles) :]:
         ax.set_visible(False)
     for ax, title in zip(flat, titles):
         ax.set_title(title, fontsize=10)
-    return fig, flat[:len(titles)], columns
+    return fig, flat[: len(titles)], columns
 
 
 def _label_axes(axes, columns: int, xlabel: str, ylabel: str) -> None:
@@ -88,8 +88,10 @@ def plot_scaling(rows: list[dict], out_dir: Path) -> list[Path]:
         return written
     envs = sorted({env for env, _ in series})
     worker_ticks = sorted({row["workers"] for row in rows})
-    for key, ylabel, name in (("fps_mean", "env steps / s (training included)", "fps_vs_workers.png"),
-                              ("efficiency", "parallel efficiency\n(speed-up / workers)", "efficiency_vs_workers.png")):
+    for key, ylabel, name in (
+        ("fps_mean", "env steps / s (training included)", "fps_vs_workers.png"),
+        ("efficiency", "parallel efficiency\n(speed-up / workers)", "efficiency_vs_workers.png"),
+    ):
         fig, axes, columns = panel_grid(envs)
         colors = group_colors({(mode,) for _, mode in series})
         for ax, env in zip(axes, envs):
@@ -98,8 +100,15 @@ def plot_scaling(rows: list[dict], out_dir: Path) -> list[Path]:
                 if series_env != env or not points:
                     continue
                 errors = [p["fps_std"] or 0.0 for p in points] if key == "fps_mean" else None
-                ax.errorbar([p["workers"] for p in points], [p[key] for p in points], yerr=errors, marker="o",
-                            capsize=3, label=mode, color=colors[(mode,)])
+                ax.errorbar(
+                    [p["workers"] for p in points],
+                    [p[key] for p in points],
+                    yerr=errors,
+                    marker="o",
+                    capsize=3,
+                    label=mode,
+                    color=colors[(mode,)],
+                )
             ax.set_xscale("log", base=2)
             ax.set_xticks(worker_ticks)
             ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
@@ -123,8 +132,10 @@ def plot_learning_curves(runs, out_dir: Path, thresholds: dict[str, float] | Non
     envs = sorted({key[0] for key in groups})
     if not envs:
         return written
-    for x, xlabel, name in (("env_steps", "env steps", "learning_curves_steps.png"),
-                            ("wall_time_s", "training wall time (s)", "learning_curves_time.png")):
+    for x, xlabel, name in (
+        ("env_steps", "env steps", "learning_curves_steps.png"),
+        ("wall_time_s", "training wall time (s)", "learning_curves_time.png"),
+    ):
         fig, axes, columns = panel_grid(envs)
         colors = group_colors({key[1:] for key in groups})
         for ax, env in zip(axes, envs):
@@ -137,7 +148,9 @@ def plot_learning_curves(runs, out_dir: Path, thresholds: dict[str, float] | Non
                 if curve is None:
                     continue
                 grid, mean, std = curve
-                label = f"{mode}, {plural(workers, 'worker')}, {plural(num_envs, 'env')} ({plural(len(members), 'seed')})"
+                label = (
+                    f"{mode}, {plural(workers, 'worker')}, {plural(num_envs, 'env')} ({plural(len(members), 'seed')})"
+                )
                 color = colors[(mode, workers, num_envs)]
                 ax.plot(grid, mean, label=label, color=color)
                 ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2)
@@ -165,21 +178,33 @@ def plot_benchmark_curves(groups: dict, out_dir: Path) -> list[Path]:
     for key, members in groups.items():
         algo, env, mode, workers = key
         zoo = rl_zoo.reference(algo, env)
-        fig, axes, _ = panel_grid([f"{algo} on {env}" + ("" if mode == "local" and workers == 1
-                                                         else f" ({mode}, {plural(workers, 'worker')})")])
+        fig, axes, _ = panel_grid(
+            [
+                f"{algo} on {env}"
+                + ("" if mode == "local" and workers == 1 else f" ({mode}, {plural(workers, 'worker')})")
+            ]
+        )
         ax = axes[0]
         curve = learning_curve([run for run, _ in members], x="env_steps")
         if curve is not None:
             grid, mean, std = curve
             ax.plot(grid, mean, color="C0", label=f"rlpar, training return ({plural(len(members), 'seed')})")
             ax.fill_between(grid, mean - std, mean + std, color="C0", alpha=0.2)
-        ax.scatter([run.final["env_steps"] for run, _ in members], [e["eval_return_mean"] for _, e in members],
-                   color="C3", zorder=3, s=18, label="rlpar, final deterministic evaluation")
+        ax.scatter(
+            [run.final["env_steps"] for run, _ in members],
+            [e["eval_return_mean"] for _, e in members],
+            color="C3",
+            zorder=3,
+            s=18,
+            label="rlpar, final deterministic evaluation",
+        )
         if zoo is not None:
             name = f"RL-Zoo {zoo.algo} {zoo.env}"
             ax.axhline(zoo.mean, color="black", linewidth=1, linestyle="--", label=f"{name}: {zoo.mean:g}")
             ax.axhline(zoo.bar, color="black", linewidth=1, linestyle=":", label=f"{name} - 1 std: {zoo.bar:g}")
-            ax.axvline(zoo.n_timesteps, color="grey", linewidth=0.8, label=f"RL-Zoo budget: {compact_number(zoo.n_timesteps)}")
+            ax.axvline(
+                zoo.n_timesteps, color="grey", linewidth=0.8, label=f"RL-Zoo budget: {compact_number(zoo.n_timesteps)}"
+            )
         ax.set_xlabel("env steps")
         ax.set_ylabel("return")
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=5))
@@ -250,8 +275,11 @@ def _finish(fig, axes, path: Path) -> Path:
     fig.tight_layout()
     extra = []
     if legend:
-        extra.append(fig.legend(legend.values(), legend.keys(), loc="upper left", bbox_to_anchor=(1.0, 0.98), fontsize=8,
-                                frameon=False))
+        extra.append(
+            fig.legend(
+                legend.values(), legend.keys(), loc="upper left", bbox_to_anchor=(1.0, 0.98), fontsize=8, frameon=False
+            )
+        )
     fig.savefig(path, dpi=120, bbox_inches="tight", bbox_extra_artists=extra)
     plt.close(fig)
     return path

@@ -80,8 +80,14 @@ class Run:
     def first_reaching(self, threshold: float | None) -> dict | None:
         if threshold is None:
             return None
-        return next((r for r in self.metrics if r.get("episode_return_mean") is not None
-                     and r["episode_return_mean"] >= threshold), None)
+        return next(
+            (
+                r
+                for r in self.metrics
+                if r.get("episode_return_mean") is not None and r["episode_return_mean"] >= threshold
+            ),
+            None,
+        )
 
 
 def gymnasium_threshold(env_id: str | None) -> float | None:
@@ -189,16 +195,25 @@ def _read_config(path: Path) -> dict | None:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UnreadableConfig(f"its config.yaml is not YAML ({getattr(err, 'problem', None) or 'unreadable'}{where})") from None
+        raise UnreadableConfig(
+            f"its config.yaml is not YAML ({getattr(err, 'problem', None) or 'unreadable'}{where})"
+        ) from None
     except OSError as err:
         raise UnreadableConfig(f"its config.yaml cannot be read ({err.strerror or err})") from None
     if config is None:
         return {}
     if not isinstance(config, dict):
         raise UnreadableConfig(f"its config.yaml is not a mapping of keys (it holds a {type(config).__name__})")
-    wrong = [f"{key} is not a number" for key in NUMBER_KEYS
-             if key in config and (isinstance(config[key], bool) or not isinstance(config[key], int))]
-    wrong += [f"{key} is not a mapping" for key in MAPPING_KEYS if config.get(key) is not None and not isinstance(config[key], dict)]
+    wrong = [
+        f"{key} is not a number"
+        for key in NUMBER_KEYS
+        if key in config and (isinstance(config[key], bool) or not isinstance(config[key], int))
+    ]
+    wrong += [
+        f"{key} is not a mapping"
+        for key in MAPPING_KEYS
+        if config.get(key) is not None and not isinstance(config[key], dict)
+    ]
     if wrong:
         raise UnreadableConfig(f"its config.yaml is not a run's config ({', '.join(wrong)})")
     return config
@@ -236,10 +251,15 @@ def load_runs(directory: str | Path, notes: list[str] | None = None) -> list[Run
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"'{directory}' is not a directory")
-    return [Run(path, config, read_metrics(path / "metrics.jsonl", notes)) for path, config in _run_configs(directory, notes)]
+    return [
+        Run(path, config, read_metrics(path / "metrics.jsonl", notes))
+        for path, config in _run_configs(directory, notes)
+    ]
 
 
-def no_finished_runs(directory: str | Path, runs: list[Run], command: str = "python main.py -m experiment=<preset>") -> str | None:
+def no_finished_runs(
+    directory: str | Path, runs: list[Run], command: str = "python main.py -m experiment=<preset>"
+) -> str | None:
     """One sentence saying why `directory` has nothing to show, or None when it has a finished run."""
     if any(r.status == "finished" for r in runs):
         return None

@@ -29,6 +29,7 @@ DEFAULT_METRIC = "episode_return_mean"
 TRIAL_COLUMNS = ("trial", "status", "iterations", "env_steps", "pbt_exploits", "run_dir")
 STATUSES = ("finished", "early-stopped", "errored", "unfinished", "crashed")  # in the order they are counted
 
+
 @dataclass
 class Search:
     path: Path
@@ -60,8 +61,9 @@ class Search:
     def hyperparameters(self) -> list[str]:
         """The searched keys (dotted): search.csv's own columns, else the space in the search's config."""
         if self.table:
-            return [key for key in self.table[0]
-                    if key not in TRIAL_COLUMNS and not key.startswith(("final_", "best_"))]
+            return [
+                key for key in self.table[0] if key not in TRIAL_COLUMNS and not key.startswith(("final_", "best_"))
+            ]
         return list(flatten_space(self.settings.get("space")))
 
     def rows(self) -> list[dict]:
@@ -83,7 +85,9 @@ class Search:
     def status_counts(self) -> dict[str, int]:
         """How many trials ended how: finished, early-stopped (by the scheduler), errored, unfinished."""
         counts = Counter(row["status"] for row in self.rows())
-        return {status: counts[status] for status in [*STATUSES, *sorted(set(counts) - set(STATUSES))] if counts[status]}
+        return {
+            status: counts[status] for status in [*STATUSES, *sorted(set(counts) - set(STATUSES))] if counts[status]
+        }
 
     def label(self, name: str) -> str:
         """A trial named with its hyper-parameters, e.g. `a1b2c_00003 (algo.lr=0.0021)`."""
@@ -108,12 +112,15 @@ class Search:
         """The row search.csv will have for a trial, from its run directory (status as Run.status)."""
         values = [row[self.metric] for row in run.metrics if _finite(row.get(self.metric))]
         return {
-            "trial": name, "status": run.status,
+            "trial": name,
+            "status": run.status,
             **{key: _dotted(run.config, key) for key in self.hyperparameters},
             f"final_{self.metric}": values[-1] if values else None,
             f"best_{self.metric}": _extreme(run, self.metric, self.maximise),
-            "iterations": run.final.get("iteration", 0), "env_steps": run.final.get("env_steps", 0),
-            "pbt_exploits": run.final.get("pbt_exploits", 0), "run_dir": f"trials/{name}",
+            "iterations": run.final.get("iteration", 0),
+            "env_steps": run.final.get("env_steps", 0),
+            "pbt_exploits": run.final.get("pbt_exploits", 0),
+            "run_dir": f"trials/{name}",
         }
 
 
@@ -171,7 +178,9 @@ def load_search(directory: str | Path) -> Search:
     return search
 
 
-def no_trials(directory: str | Path, search: Search, instead: str = "set SEARCH_DIR to a search run directory") -> str | None:
+def no_trials(
+    directory: str | Path, search: Search, instead: str = "set SEARCH_DIR to a search run directory"
+) -> str | None:
     """One sentence saying why `directory` has no trials to show, or None when it has some."""
     if search.trials:
         return None

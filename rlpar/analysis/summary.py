@@ -39,22 +39,24 @@ def summary_rows(runs: list[Run], thresholds: dict[str, float] | None = None) ->
         reached = [r.first_reaching(threshold) for r in members]
         fps_mean, fps_std = _mean_std([r.fps for r in members])
         ret_mean, ret_std = _mean_std([r.final.get("episode_return_mean") for r in members])
-        rows.append({
-            "env": env_id,
-            "mode": mode,
-            "workers": workers,
-            "envs": num_envs,
-            "seeds": len(members),
-            "fps_mean": fps_mean,
-            "fps_std": fps_std,
-            "final_return_mean": ret_mean,
-            "final_return_std": ret_std,
-            "threshold": threshold,
-            "threshold_source": source,
-            "reached": sum(r is not None for r in reached),
-            "steps_to_threshold_mean": _mean_std([r["env_steps"] if r else None for r in reached])[0],
-            "seconds_to_threshold_mean": _mean_std([r["wall_time_s"] if r else None for r in reached])[0],
-        })
+        rows.append(
+            {
+                "env": env_id,
+                "mode": mode,
+                "workers": workers,
+                "envs": num_envs,
+                "seeds": len(members),
+                "fps_mean": fps_mean,
+                "fps_std": fps_std,
+                "final_return_mean": ret_mean,
+                "final_return_std": ret_std,
+                "threshold": threshold,
+                "threshold_source": source,
+                "reached": sum(r is not None for r in reached),
+                "steps_to_threshold_mean": _mean_std([r["env_steps"] if r else None for r in reached])[0],
+                "seconds_to_threshold_mean": _mean_std([r["wall_time_s"] if r else None for r in reached])[0],
+            }
+        )
     return rows
 
 
@@ -80,7 +82,9 @@ def learning_curve(members: list[Run], x: str = "env_steps", points: int = 100):
     for run in members:
         rows = [r for r in run.metrics if r.get("episode_return_mean") is not None]
         if rows:
-            curves.append((np.array([r[x] for r in rows], float), np.array([r["episode_return_mean"] for r in rows], float)))
+            curves.append(
+                (np.array([r[x] for r in rows], float), np.array([r["episode_return_mean"] for r in rows], float))
+            )
     if not curves:
         return None
     start = min(xs[0] for xs, _ in curves)

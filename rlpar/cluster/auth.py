@@ -120,27 +120,34 @@ def cluster_auth_mode(address: str) -> str | None:
             raise ClusterAuthError(
                 f"the cluster at {address} runs without authentication, but RAY_AUTH_MODE=token is set: such a "
                 f"cluster never starts the workers of a driver in token mode; unset RAY_AUTH_MODE (rlpar then "
-                f"uses the cluster's mode) or set RAY_AUTH_MODE=disabled")
+                f"uses the cluster's mode) or set RAY_AUTH_MODE=disabled"
+            )
         return "disabled"
     if chosen not in (None, "token"):
         raise ClusterAuthError(
             f"the cluster at {address} requires Ray's auth token, but RAY_AUTH_MODE={os.environ['RAY_AUTH_MODE']} "
-            f"says to send none; unset RAY_AUTH_MODE (rlpar then sends the token) or set RAY_AUTH_MODE=token")
+            f"says to send none; unset RAY_AUTH_MODE (rlpar then sends the token) or set RAY_AUTH_MODE=token"
+        )
     try:
         token = _token()
     except SecretFileError as err:
         raise ClusterAuthError(f"the cluster at {address} requires Ray's auth token, but {err}") from None
     if token is None:
         named = os.environ.get("RAY_AUTH_TOKEN_PATH")
-        where = (f"RAY_AUTH_TOKEN_PATH names {named}, which is missing or empty" if named
-                 else f"RAY_AUTH_TOKEN is unset and {default_token_file()} is missing or empty")
+        where = (
+            f"RAY_AUTH_TOKEN_PATH names {named}, which is missing or empty"
+            if named
+            else f"RAY_AUTH_TOKEN is unset and {default_token_file()} is missing or empty"
+        )
         raise ClusterAuthError(
             f"the cluster at {address} requires Ray's auth token, and none is found ({where}); set RAY_AUTH_TOKEN "
-            f"to the cluster's token ({TOKEN_HINT}), or put it in that file")
+            f"to the cluster's token ({TOKEN_HINT}), or put it in that file"
+        )
     if _call_gcs(target, token) == "UNAUTHENTICATED":
         raise ClusterAuthError(
             f"the cluster at {address} refused the auth token from {token_source()}: it was started with "
-            f"another one; set RAY_AUTH_TOKEN to the cluster's token ({TOKEN_HINT})")
+            f"another one; set RAY_AUTH_TOKEN to the cluster's token ({TOKEN_HINT})"
+        )
     return "token"
 
 
@@ -149,7 +156,8 @@ def _requires_token(target: str) -> bool:
     if status not in ("OK", "UNAUTHENTICATED"):
         raise ClusterAuthError(
             f"{target} does not answer as a Ray cluster's GCS ({status}); give the head node's GCS port "
-            f"(`ray start --head --port=...`, 6379 by default)")
+            f"(`ray start --head --port=...`, 6379 by default)"
+        )
     return status == "UNAUTHENTICATED"
 
 

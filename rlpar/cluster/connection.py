@@ -282,8 +282,9 @@ class PrivateInstance:
         self.psutil = psutil
         self.processes: dict[tuple[int, float], Any] = {}  # (pid, start time) -> psutil.Process
         node = ray._private.worker._global_node
-        self.vital = {name: info.process for name in VITAL_PROCESSES
-                      for info in getattr(node, "all_processes", {}).get(name, [])}  # Popen: children of this process
+        self.vital = {
+            name: info.process for name in VITAL_PROCESSES for info in getattr(node, "all_processes", {}).get(name, [])
+        }  # Popen: children of this process
         self.note_processes()
 
     def lost(self) -> str | None:
@@ -410,8 +411,10 @@ class HeadWatch:
                 self._probe(now)
             if self.unanswered_since is not None and now - self.unanswered_since >= HEAD_LOST_AFTER_S:
                 host, port = self.address
-                return (f"the Ray cluster's head ({host}:{port}) stopped answering ({self.last_error}, "
-                        f"for {now - self.unanswered_since:.0f} s)")
+                return (
+                    f"the Ray cluster's head ({host}:{port}) stopped answering ({self.last_error}, "
+                    f"for {now - self.unanswered_since:.0f} s)"
+                )
             if not (wait and self.doubtful):
                 return None
             time.sleep(max(self.next_probe - time.monotonic(), 0.0))
@@ -451,8 +454,15 @@ def start_private_instance_early(*, num_cpus: float | None, object_store_mb: int
 class RayConnection:
     """Context for one run's use of Ray: remembers whether rlpar started it, to stop only that."""
 
-    def __init__(self, *, address: str | None, num_cpus: float | None, object_store_mb: int, namespace: str = "rlpar",
-                 py_modules=()):
+    def __init__(
+        self,
+        *,
+        address: str | None,
+        num_cpus: float | None,
+        object_store_mb: int,
+        namespace: str = "rlpar",
+        py_modules=(),
+    ):
         """`py_modules`: the user's own code the workers of a user's cluster need (an env's module),
         shipped with rlpar's package; a private instance's workers find it as this process does."""
         on_loopback = not address or is_loopback(address)
@@ -506,8 +516,10 @@ class RayConnection:
             raise RayInstanceLostError(f"{reason}; its workers cannot go on, and no node can join a private instance")
         if self.head is not None and (reason := self.head.lost(wait=calling_gcs)):
             self.lost = reason
-            raise RayHeadLostError(f"{reason}; the run cannot go on without it (to continue on another cluster: "
-                                   f"resume=RUN_DIR ray.address=HOST:PORT)")
+            raise RayHeadLostError(
+                f"{reason}; the run cannot go on without it (to continue on another cluster: "
+                f"resume=RUN_DIR ray.address=HOST:PORT)"
+            )
 
     def wait(self, refs: list, *, timeout: float | None) -> list:
         """The refs of `refs` that are ready, after waiting up to `timeout` (None: no limit) for

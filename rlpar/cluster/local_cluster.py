@@ -121,16 +121,23 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--cpus-per-node", type=float, default=1)
     parser.add_argument("--object-store-mb", type=int, default=100)
-    parser.add_argument("--auth", choices=("token", "disabled"), default="token",
-                        help="token (default): clients need Ray's auth token; disabled: none, as older Rays")
+    parser.add_argument(
+        "--auth",
+        choices=("token", "disabled"),
+        default="token",
+        help="token (default): clients need Ray's auth token; disabled: none, as older Rays",
+    )
     args = parser.parse_args()
     cluster = start_cluster(args.nodes, args.cpus_per_node, args.object_store_mb, args.auth)
     watch = RayletWatch()
     watch.note()
     signal.signal(signal.SIGTERM, _interrupt)
     if args.auth == "token":
-        print(f"auth=token from {token_source()} (clients: RAY_AUTH_MODE=token, and this token unless "
-              f"they read the same)", flush=True)
+        print(
+            f"auth=token from {token_source()} (clients: RAY_AUTH_MODE=token, and this token unless "
+            f"they read the same)",
+            flush=True,
+        )
     else:
         print("auth=disabled (any client that reaches the address can run code as this user)", flush=True)
     print(f"address={cluster.address}", flush=True)

@@ -55,8 +55,12 @@ def rows() -> dict[str, dict]:
         for line, row in enumerate(reader, start=2):
             if None in row or any(row[column] in (None, "") for column in COLUMNS[:-1]):
                 raise ValueError(f"{TABLE}, line {line}: every column but overrides needs a value")
-            row = {**row, "workers": int(row["workers"]), "total_steps": int(row["total_steps"]),
-                   "overrides": row["overrides"].split()}
+            row = {
+                **row,
+                "workers": int(row["workers"]),
+                "total_steps": int(row["total_steps"]),
+                "overrides": row["overrides"].split(),
+            }
             if row_name(row) in found:
                 raise ValueError(f"{TABLE}, line {line}: row {row_name(row)} is there twice")
             found[row_name(row)] = row
@@ -70,8 +74,10 @@ def row_config(row: dict) -> dict:
 
     base = OmegaConf.create({"env": {"id": row["env"]}, "workers": row["workers"], "total_steps": row["total_steps"]})
     config = OmegaConf.merge(base, OmegaConf.from_dotlist(row["overrides"]))
-    return {"defaults": [{"override /algo": row["algo"]}, {"override /parallel": row["parallel"]}],
-            **cast(dict, OmegaConf.to_container(config))}
+    return {
+        "defaults": [{"override /algo": row["algo"]}, {"override /parallel": row["parallel"]}],
+        **cast(dict, OmegaConf.to_container(config)),
+    }
 
 
 def row_names(table: str) -> str:

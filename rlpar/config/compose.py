@@ -17,8 +17,9 @@ def compose_config(overrides: list[str] | None = None, *, run_dir: str | Path | 
     from rlpar.config.presets import with_preset
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        overrides = with_preset(list(overrides or []),
-                                lambda composing: compose(config_name="config", overrides=composing))
+        overrides = with_preset(
+            list(overrides or []), lambda composing: compose(config_name="config", overrides=composing)
+        )
         cfg = compose(config_name="config", overrides=overrides)
     if run_dir is not None:
         with open_dict(cfg):

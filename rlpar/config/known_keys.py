@@ -21,8 +21,16 @@ from rlpar.config.conf_dir import CONF_DIR
 
 # Arguments rlpar's builder passes itself: set in a config, they would clash with it.
 SUPPLIED_BY_BUILD = {
-    "parallel": {"env_spec", "policy_spec", "num_workers", "envs_per_worker", "rollout_length", "seed", "worker_class",
-                 "worker_options"},
+    "parallel": {
+        "env_spec",
+        "policy_spec",
+        "num_workers",
+        "envs_per_worker",
+        "rollout_length",
+        "seed",
+        "worker_class",
+        "worker_options",
+    },
     "algo": {"sampler", "policy_spec", "total_steps", "seed", "device"},
     "logger": {"run_dir", "config"},
     "checkpoint": {"run_dir"},
@@ -38,8 +46,10 @@ def _class_source(target: str) -> tuple[ast.Module, ast.ClassDef, str]:
     module_name, _, class_name = target.rpartition(".")
     spec = importlib.util.find_spec(module_name)
     if spec is None or not spec.origin:
-        raise ImportError(f"cannot find module '{module_name}' (searched: installed packages, PYTHONPATH, and the "
-                          f"directory main.py or `rlpar train` was started in)")
+        raise ImportError(
+            f"cannot find module '{module_name}' (searched: installed packages, PYTHONPATH, and the "
+            f"directory main.py or `rlpar train` was started in)"
+        )
     tree = ast.parse(Path(spec.origin).read_text())
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     if cls is None:
@@ -53,8 +63,11 @@ def _base_targets(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> list
     for base in (b.id for b in cls.bases if isinstance(b, ast.Name)):
         if base in ("object", "ABC", "Protocol"):
             continue
-        imported = (f"{node.module}.{base}" for node in tree.body if isinstance(node, ast.ImportFrom)
-                    and any(a.name == base and a.asname is None for a in node.names))
+        imported = (
+            f"{node.module}.{base}"
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and any(a.name == base and a.asname is None for a in node.names)
+        )
         targets.append(next(imported, f"{module_name}.{base}"))
     return targets
 
@@ -65,7 +78,9 @@ def keyword_parameters(target: str) -> frozenset[str]:
     tree, cls, module_name = _class_source(target)
     init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
     if init is None and any(_is_dataclass_decorator(d) for d in cls.decorator_list):
-        return frozenset(n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+        return frozenset(
+            n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        )
     names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
     if init is None or init.args.kwarg is not None:
         forwarded = _forwarded_to(cls)
@@ -107,8 +122,12 @@ def _forwarded_to(cls: ast.ClassDef) -> str | None:
     """The class a `**kwargs` goes to when it is not the base class (`KEYWORDS_FORWARDED_TO =
     "package.module.Class"`: a multi-agent algorithm's per-policy learners)."""
     for node in cls.body:
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KEYWORDS_FORWARDED_TO" for t in node.targets)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "KEYWORDS_FORWARDED_TO" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             return node.value.value
     return None
 
@@ -117,8 +136,11 @@ def _not_forwarded(cls: ast.ClassDef) -> set[str]:
     """Base-class keywords a subclass sets itself (`KEYWORDS_NOT_FORWARDED = (...)`), so the
     config may not give them."""
     for node in cls.body:
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KEYWORDS_NOT_FORWARDED" for t in node.targets)
-                and isinstance(node.value, ast.Tuple)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "KEYWORDS_NOT_FORWARDED" for t in node.targets)
+            and isinstance(node.value, ast.Tuple)
+        ):
             return {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
     return set()
 
@@ -189,7 +211,9 @@ def unknown_key_problems(config: dict, path: str = "") -> list[str]:
     for key, value in config.items():
         full = f"{path}.{key}" if path else str(key)
         if allowed is not None and key not in allowed[0]:
-            hint = did_you_mean(str(key), allowed[0], path) or f"; it takes {', '.join(sorted(allowed[0] - {'_target_'}))}"
+            hint = (
+                did_you_mean(str(key), allowed[0], path) or f"; it takes {', '.join(sorted(allowed[0] - {'_target_'}))}"
+            )
             problems.append(f"{full}: unknown key (not taken by {allowed[1]}){hint}")
         elif isinstance(value, dict):
             problems.extend(unknown_key_problems(value, full))

@@ -25,8 +25,11 @@ def override_problems(overrides: list[str]) -> list[str]:
         except Exception as err:  # Hydra's parse errors, one per kind of syntax mistake
             problems.append(f"{text.partition('=')[0]}: '{text}' is not a valid override ({_parse_reason(err)})")
             continue
-        problem = (_group_choice_problem(override, text, conf_dirs) or _hydra_dir_problem(override)
-                   or _nested_group_problem(override, text, overrides, conf_dirs))
+        problem = (
+            _group_choice_problem(override, text, conf_dirs)
+            or _hydra_dir_problem(override)
+            or _nested_group_problem(override, text, overrides, conf_dirs)
+        )
         if problem:
             problems.append(problem)
         parsed.append(override)
@@ -74,7 +77,9 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
         return None
     from rlpar.config.presets import GROUP as PRESET_GROUP
 
-    options = sorted({option for d in conf_dirs if (d / group).is_dir() for option in group_options(d / group)} | stored)
+    options = sorted(
+        {option for d in conf_dirs if (d / group).is_dir() for option in group_options(d / group)} | stored
+    )
     if override.is_sweep_override():
         values = list(override.sweep_iterator()) if override.is_discrete_sweep() else []
     else:
@@ -87,8 +92,10 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
         if isinstance(value, str) and value in options:
             continue
         if isinstance(value, str):
-            return (f"{group}: '{value}' is not an option of this config group"
-                    f"{did_you_mean(value, options)} (one of: {', '.join(options)})")
+            return (
+                f"{group}: '{value}' is not an option of this config group"
+                f"{did_you_mean(value, options)} (one of: {', '.join(options)})"
+            )
         if not isinstance(value, dict):
             return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
     return None
@@ -99,8 +106,15 @@ def _nested_group_problem(override, text: str, overrides: list[str], conf_dirs: 
     `experiment=benchmark` brings), given without that option: Hydra would answer that it finds no
     `benchmark` to override and suggest `+benchmark=...`, which runs without the experiment."""
     group = override.key_or_group
-    if conf_dirs is None or override.is_add() or override.is_force_add() or override.is_delete() or "/" in group \
-            or not any((d / group).is_dir() for d in conf_dirs) or group in _primary_groups(conf_dirs[0]):
+    if (
+        conf_dirs is None
+        or override.is_add()
+        or override.is_force_add()
+        or override.is_delete()
+        or "/" in group
+        or not any((d / group).is_dir() for d in conf_dirs)
+        or group in _primary_groups(conf_dirs[0])
+    ):
         return None
     parents = [f"{parent}={option}" for d in conf_dirs for parent, option in _options_bringing(d, group)]
     if not parents or any(choice in overrides for choice in parents):
@@ -114,7 +128,9 @@ def _primary_groups(conf_dir: Path) -> set[str]:
 
     path = conf_dir / "config.yaml"
     defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", []) if path.is_file() else []
-    return {str(key).split()[-1].lstrip("/").split("@")[0] for entry in defaults if isinstance(entry, dict) for key in entry}
+    return {
+        str(key).split()[-1].lstrip("/").split("@")[0] for entry in defaults if isinstance(entry, dict) for key in entry
+    }
 
 
 def _options_bringing(conf_dir: Path, group: str) -> list[tuple[str, str]]:
@@ -127,8 +143,10 @@ def _options_bringing(conf_dir: Path, group: str) -> list[tuple[str, str]]:
             defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults", [])
         except (OSError, yaml.YAMLError, AttributeError):
             continue
-        if any(isinstance(entry, dict) and any(str(key).split()[-1] == f"/{group}" for key in entry)
-               for entry in defaults or []):
+        if any(
+            isinstance(entry, dict) and any(str(key).split()[-1] == f"/{group}" for key in entry)
+            for entry in defaults or []
+        ):
             found.append((path.parent.name, path.stem))
     return found
 
@@ -138,8 +156,11 @@ SHARED = "shared"  # a group's folder of configs its options share through `defa
 
 def group_options(group_dir) -> list[str]:
     """A config group's options, those in sub-folders included (`preset=ppo/CartPole-v1`)."""
-    return sorted(path.relative_to(group_dir).with_suffix("").as_posix() for path in group_dir.rglob("*.yaml")
-                  if path.relative_to(group_dir).parts[0] != SHARED)
+    return sorted(
+        path.relative_to(group_dir).with_suffix("").as_posix()
+        for path in group_dir.rglob("*.yaml")
+        if path.relative_to(group_dir).parts[0] != SHARED
+    )
 
 
 def stored_options(group: str) -> set[str]:
@@ -180,15 +201,27 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
     if conf_dirs is None:
         return []
     is_group = [any((d / o.key_or_group).is_dir() for d in conf_dirs) for o in parsed]
-    keys = [o for o, group in zip(parsed, is_group) if not group and o.is_force_add() is False
-            and not o.is_add() and not o.is_delete() and not o.key_or_group.startswith("hydra")]
+    keys = [
+        o
+        for o, group in zip(parsed, is_group)
+        if not group
+        and o.is_force_add() is False
+        and not o.is_add()
+        and not o.is_delete()
+        and not o.key_or_group.startswith("hydra")
+    ]
     if not keys or any(o.is_sweep_override() for o, group in zip(parsed, is_group) if group):
         return []
     try:
         # preset=null: no composition to choose one; a preset only sets keys the config has
         search_path = ",".join(f"'file://{d.resolve()}'" for d in conf_dirs[1:])
-        cfg = compose_config([*([f"hydra.searchpath=[{search_path}]"] if search_path else []),
-                              *(o.input_line for o, group in zip(parsed, is_group) if group), "preset=null"])
+        cfg = compose_config(
+            [
+                *([f"hydra.searchpath=[{search_path}]"] if search_path else []),
+                *(o.input_line for o, group in zip(parsed, is_group) if group),
+                "preset=null",
+            ]
+        )
     except Exception:  # anything else wrong with the command: Hydra reports it in its own words
         return []
     unknown = []  # (key, advice to add it)
@@ -206,8 +239,13 @@ def _unknown_key_problems(parsed: list, conf_dirs: list[Path] | None) -> list[st
         parent = ".".join(found)
         siblings = list(node.keys()) if OmegaConf.is_dict(node) else []
         name = key.split(".")[len(found)]
-        unknown.append((key, f"{parent + '.' if parent else ''}{name}: not a key of the config"
-                             f"{did_you_mean(name, siblings, parent)} (add a new key with +{key}=...)"))
+        unknown.append(
+            (
+                key,
+                f"{parent + '.' if parent else ''}{name}: not a key of the config"
+                f"{did_you_mean(name, siblings, parent)} (add a new key with +{key}=...)",
+            )
+        )
     if not unknown:
         return []
     if any(o.key_or_group == "resume" and not o.is_delete() for o in parsed):  # the run's config may have the key

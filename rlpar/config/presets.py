@@ -97,8 +97,9 @@ def entry_point_overrides(overrides: list[str]) -> list[str]:
     """`env.id=null` when the command sets `env.entry_point` but not `env.id`: the id left from
     the env group (CartPole-v1) would name the run, choose a preset and fill config.yaml."""
     keys = {_key(text) for text in overrides}
-    sets_entry_point = any(_key(text) == "env.entry_point" and not text.endswith("=null") and "=" in text
-                           for text in overrides)
+    sets_entry_point = any(
+        _key(text) == "env.entry_point" and not text.endswith("=null") and "=" in text for text in overrides
+    )
     return ["env.id=null"] if sets_entry_point and "env.id" not in keys else []
 
 
@@ -142,9 +143,13 @@ def _deciding(overrides: list[str]) -> tuple[str, ...]:
     """The overrides that can change `algo.name`, `env.id` or `resume`: group choices (no dot in
     the key, save the top-level values of config.yaml that are no group), those keys, and Hydra's
     own (a search path adds groups). The rest only set values under them."""
-    return tuple(text for text in overrides
-                 if _key(text) in _DECIDING_KEYS or _key(text).startswith("hydra.")
-                 or ("." not in _key(text) and _key(text) not in _plain_top_level_keys()))
+    return tuple(
+        text
+        for text in overrides
+        if _key(text) in _DECIDING_KEYS
+        or _key(text).startswith("hydra.")
+        or ("." not in _key(text) and _key(text) not in _plain_top_level_keys())
+    )
 
 
 @functools.cache
@@ -152,7 +157,9 @@ def _plain_top_level_keys() -> frozenset[str]:
     import yaml
 
     config = yaml.safe_load((CONF_DIR / "config.yaml").read_text()) or {}
-    return frozenset(key for key, value in config.items() if not isinstance(value, dict) and key not in ("defaults", "resume"))
+    return frozenset(
+        key for key, value in config.items() if not isinstance(value, dict) and key not in ("defaults", "resume")
+    )
 
 
 def _is_interpolation(cfg, key: str) -> bool:
@@ -176,8 +183,14 @@ def wanted_preset(cfg) -> str | None:
     algo_name = _select(cfg, "algo.name")
     choice = preset_choice(algo_name, _select(cfg, "env.id"))
     if choice is None and algo_name and _select(cfg, "model.recurrent") is not None:
-        return next((f"{algo}/{RECURRENT}" for algo in preset_algos(str(algo_name))
-                     if _is_file(PRESET_DIR / algo / f"{RECURRENT}.yaml")), None)
+        return next(
+            (
+                f"{algo}/{RECURRENT}"
+                for algo in preset_algos(str(algo_name))
+                if _is_file(PRESET_DIR / algo / f"{RECURRENT}.yaml")
+            ),
+            None,
+        )
     return choice
 
 
@@ -186,8 +199,10 @@ def preset_line(cfg, choice: str | None) -> str:
     algo_name, env_id = _select(cfg, "algo.name"), _select(cfg, "env.id")
     env_name = env_id or _select(cfg, "env.entry_point")
     if choice is None:
-        return (f"rlpar: no tuned {algo_name} preset for {env_name}: training with {algo_name}'s baseline "
-                f"hyper-parameters (conf/algo/{algo_name}.yaml)")
+        return (
+            f"rlpar: no tuned {algo_name} preset for {env_name}: training with {algo_name}'s baseline "
+            f"hyper-parameters (conf/algo/{algo_name}.yaml)"
+        )
     path = PRESET_DIR / f"{choice}.yaml"
     where = path.relative_to(CONF_DIR.parent) if path.is_file() else f"preset={choice}"
     if choice == preset_choice(algo_name, env_id):

@@ -25,7 +25,10 @@ def env_name(env_id, entry_point) -> str:
 
 
 def register() -> None:
-    for name, resolver in (("rlpar.ceil_div", ceil_div), ("rlpar.steps_per_env", steps_per_env),
-                           ("rlpar.env_name", env_name)):
+    for name, resolver in (
+        ("rlpar.ceil_div", ceil_div),
+        ("rlpar.steps_per_env", steps_per_env),
+        ("rlpar.env_name", env_name),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)

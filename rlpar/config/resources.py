@@ -38,11 +38,22 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def estimated_memory_bytes(*, obs_dim: int, action_size: int, rollout_length: int, num_envs: int, workers: int,
-                           hidden_sizes: list[int], copies_of_batch: int, replay_bytes: int = 0,
-                           obs_dtype: str = "float32", vectorization: str = "native",
-                           worker_processes: int = 0, worker_process_bytes: int = 0,
-                           object_store_bytes: int = 0) -> dict[str, int]:
+def estimated_memory_bytes(
+    *,
+    obs_dim: int,
+    action_size: int,
+    rollout_length: int,
+    num_envs: int,
+    workers: int,
+    hidden_sizes: list[int],
+    copies_of_batch: int,
+    replay_bytes: int = 0,
+    obs_dtype: str = "float32",
+    vectorization: str = "native",
+    worker_processes: int = 0,
+    worker_process_bytes: int = 0,
+    object_store_bytes: int = 0,
+) -> dict[str, int]:
     """Rough bytes of the largest things a run holds, by what they are.
 
     - batch: observations (float32, or uint8 images) and float32 actions plus four float32 and three bool fields
@@ -79,9 +90,11 @@ def memory_problem(estimate: dict[str, int], available: int | None = None) -> st
     if total <= 0.9 * available:
         return None
     parts = ", ".join(f"{name} {size / GIB:.1f} GiB" for name, size in estimate.items() if size >= 0.05 * GIB)
-    return (f"memory: this run needs about {total / GIB:.1f} GiB ({parts}) but {available / GIB:.1f} GiB is "
-            f"available; use fewer environments (workers, envs_per_worker), a shorter algo.rollout_length, "
-            f"smaller model.hidden_sizes, a smaller algo.replay.capacity, or a smaller observation")
+    return (
+        f"memory: this run needs about {total / GIB:.1f} GiB ({parts}) but {available / GIB:.1f} GiB is "
+        f"available; use fewer environments (workers, envs_per_worker), a shorter algo.rollout_length, "
+        f"smaller model.hidden_sizes, a smaller algo.replay.capacity, or a smaller observation"
+    )
 
 
 def process_problem(new_processes: int) -> str | None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 # ray.tune's distributions -> how many arguments (1: a list of values)
 DISTRIBUTIONS = {
-    "uniform": 2, "loguniform": 2, "quniform": 3, "qloguniform": 3, "randint": 2, "choice": 1, "grid_search": 1,
+    "uniform": 2,
+    "loguniform": 2,
+    "quniform": 3,
+    "qloguniform": 3,
+    "randint": 2,
+    "choice": 1,
+    "grid_search": 1,
 }
 
 

@@ -59,8 +59,18 @@ class ConfigView:
             self.problems.append(f"{key}: cannot be resolved ({first_line(err)})")
             return None
 
-    def number(self, key: str, *, integer=False, low=None, high=None, low_open=False, high_open=False, optional=False,
-               infinite_ok=False):
+    def number(
+        self,
+        key: str,
+        *,
+        integer=False,
+        low=None,
+        high=None,
+        low_open=False,
+        high_open=False,
+        optional=False,
+        infinite_ok=False,
+    ):
         """The value where it is a number in range, with a problem recorded otherwise. NaN is never
         a number here (every comparison with it is false, so no range would catch it); infinity only
         with `infinite_ok`."""
@@ -76,7 +86,9 @@ class ConfigView:
             self.problems.append(f"{key}: expected {'an integer' if integer else 'a number'}, got {shown(value)}")
             return None
         if math.isnan(value):
-            self.problems.append(f"{key}: nan is not a number (expected {_number_in_words(low, high, low_open, high_open)})")
+            self.problems.append(
+                f"{key}: nan is not a number (expected {_number_in_words(low, high, low_open, high_open)})"
+            )
             return None
         if math.isinf(value) and not infinite_ok:
             expected = _number_in_words(low, high, low_open, high_open, finite=True)
@@ -127,9 +139,13 @@ class ConfigView:
         from rlpar.config.known_keys import algorithm_options
 
         multi_agent = self.get("env.kind") == "pettingzoo"
-        names = [name for name, declared in algorithm_options().items()
-                 if declared.get(capability) == value
-                 or isinstance(declared.get(capability), tuple) and value in declared[capability]]
+        names = [
+            name
+            for name, declared in algorithm_options().items()
+            if declared.get(capability) == value
+            or isinstance(declared.get(capability), tuple)
+            and value in declared[capability]
+        ]
         names = [name for name in names if bool(algorithm_options()[name].get("multi_agent")) == multi_agent] or names
         if self.sampler is not None and not self.sampler.uses_ray:  # not those this sampler would refuse (apex_sac)
             names = [name for name in names if not algorithm_options()[name].get("needs_ray")] or names
@@ -149,8 +165,10 @@ class ConfigView:
 
 def _number_in_words(low, high, low_open: bool, high_open: bool, *, finite: bool = False) -> str:
     """'a number > 0 and <= 1': what a range check accepts."""
-    bounds = [f"{'>' if low_open else '>='} {low}" if low is not None else "",
-              f"{'<' if high_open else '<='} {high}" if high is not None else ""]
+    bounds = [
+        f"{'>' if low_open else '>='} {low}" if low is not None else "",
+        f"{'<' if high_open else '<='} {high}" if high is not None else "",
+    ]
     return " ".join(filter(None, ["a finite number" if finite else "a number", " and ".join(filter(None, bounds))]))
 
 
@@ -168,10 +186,15 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
     c.number("time_limit_s", low=0, low_open=True, optional=True)
     workers = c.number("workers", integer=True, low=1)
     envs_per_worker = c.number("envs_per_worker", integer=True, low=1, high=MAX_ENVS_PER_WORKER)
-    if (all(isinstance(n, int) and 1 <= n for n in (total_steps, workers, envs_per_worker))
-            and envs_per_worker <= MAX_ENVS_PER_WORKER and workers * envs_per_worker > total_steps):
-        c.problems.append(f"envs_per_worker: {workers * envs_per_worker} environments (workers {workers} x envs_per_worker "
-                          f"{envs_per_worker}) is more than total_steps ({total_steps}): most would never take a step")
+    if (
+        all(isinstance(n, int) and 1 <= n for n in (total_steps, workers, envs_per_worker))
+        and envs_per_worker <= MAX_ENVS_PER_WORKER
+        and workers * envs_per_worker > total_steps
+    ):
+        c.problems.append(
+            f"envs_per_worker: {workers * envs_per_worker} environments (workers {workers} x envs_per_worker "
+            f"{envs_per_worker}) is more than total_steps ({total_steps}): most would never take a step"
+        )
     _check_learners(c, workers, envs_per_worker)
     _check_machine_limits(c, workers)
     _check_algo(c, workers, envs_per_worker)
@@ -208,21 +231,31 @@ def _check_learners(c: ConfigView, workers, envs_per_worker) -> None:
     if not isinstance(learners, int) or learners == 1:
         return
     if c.algorithm and not c.algorithm.get("data_parallel"):
-        c.problems.append(f"learners: {c.get('algo.name')} {c.algorithm.get('not_data_parallel_because')}; "
-                          f"learners={learners} is for {c.algorithms_with('data_parallel', True)}")
+        c.problems.append(
+            f"learners: {c.get('algo.name')} {c.algorithm.get('not_data_parallel_because')}; "
+            f"learners={learners} is for {c.algorithms_with('data_parallel', True)}"
+        )
     if c.sampler is not None and not c.sampler.learner_groups:
-        c.problems.append(f"learners: {learners} learners run as Ray actors: use parallel=distributed (a private Ray "
-                          f"instance on this machine, or a cluster); parallel={c.get('parallel.name')} learns in one process")
+        c.problems.append(
+            f"learners: {learners} learners run as Ray actors: use parallel=distributed (a private Ray "
+            f"instance on this machine, or a cluster); parallel={c.get('parallel.name')} learns in one process"
+        )
     device = c.get("hardware.device")
     if isinstance(device, str) and device.startswith("cuda"):
-        c.problems.append(f"learners: {learners} learners on hardware.device={device}: the group runs on CPUs (gloo) so "
-                          f"far; its GPU path (NCCL) is not built yet. Use learners=1 on the GPU, or hardware=cpu")
+        c.problems.append(
+            f"learners: {learners} learners on hardware.device={device}: the group runs on CPUs (gloo) so "
+            f"far; its GPU path (NCCL) is not built yet. Use learners=1 on the GPU, or hardware=cpu"
+        )
     if c.get("model.recurrent") is not None:
-        c.problems.append(f"learners: {learners} learners with model.recurrent={c.get('model.recurrent')}: a learner "
-                          f"group shares feed-forward policies only so far; use learners=1 for a recurrent policy")
+        c.problems.append(
+            f"learners: {learners} learners with model.recurrent={c.get('model.recurrent')}: a learner "
+            f"group shares feed-forward policies only so far; use learners=1 for a recurrent policy"
+        )
     if all(isinstance(n, int) for n in (workers, envs_per_worker)) and workers * envs_per_worker < learners:
-        c.problems.append(f"learners: {learners} learners need at least one environment column each; there are "
-                          f"{workers * envs_per_worker} (workers x envs_per_worker)")
+        c.problems.append(
+            f"learners: {learners} learners need at least one environment column each; there are "
+            f"{workers * envs_per_worker} (workers x envs_per_worker)"
+        )
 
 
 def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
@@ -250,8 +283,14 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     number("rmsprop_alpha", low=0, high=1, high_open=True)
     number("sequence_length", integer=True, low=1, optional=True)  # a recurrent policy's learning pieces
     number("burn_in", integer=True, low=0)
-    for name in ("n_step", "batch_size", "target_update_every", "weight_sync_interval", "server_sync_interval",
-                 "minibatches"):
+    for name in (
+        "n_step",
+        "batch_size",
+        "target_update_every",
+        "weight_sync_interval",
+        "server_sync_interval",
+        "minibatches",
+    ):
         number(name, integer=True, low=1)
     for name in ("learning_starts", "exploration_steps"):
         number(name, integer=True, low=0)
@@ -274,15 +313,24 @@ def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
     if takes is not None and "replay" in takes:
         c.ask(c.component("algo.replay._target_"))
     number("optimizer_eps", low=0, low_open=True)
-    for name, options in (("advantage", ("nstep", "gae")), ("optimizer", ("rmsprop", "adam")),
-                          ("normalize_rewards", ("auto", True, False))):
+    for name, options in (
+        ("advantage", ("nstep", "gae")),
+        ("optimizer", ("rmsprop", "adam")),
+        ("normalize_rewards", ("auto", True, False)),
+    ):
         if takes is not None and name in takes:
             c.choice(f"algo.{name}", options)
     if c.get("algo.compile") is not None:  # the minibatch learners and A2C
         c.choice("algo.compile", ("auto", True, False))
     switch = c.get("algo.compile_switch")
-    if switch is not None and switch != "ready" and (isinstance(switch, bool) or not isinstance(switch, int) or switch < 0):
-        c.problems.append(f"algo.compile_switch: expected a gradient step (an integer >= 0) or ready, got {shown(switch)}")
+    if (
+        switch is not None
+        and switch != "ready"
+        and (isinstance(switch, bool) or not isinstance(switch, int) or switch < 0)
+    ):
+        c.problems.append(
+            f"algo.compile_switch: expected a gradient step (an integer >= 0) or ready, got {shown(switch)}"
+        )
     if takes is not None and "precision" in takes:
         _check_precision(c)
     rollout = c.number("algo.rollout_length", integer=True, low=1)
@@ -302,8 +350,10 @@ def _check_precision(c: ConfigView) -> None:
     """algo.precision: one of those the algorithm declares it learns in (`precisions`)."""
     allowed, precision = c.algorithm.get("precisions"), c.get("algo.precision")
     if allowed and "algo.precision" not in c.unresolved and precision not in allowed:
-        c.problems.append(f"algo.precision: {shown(precision)} is not one of {', '.join(allowed)} "
-                          f"(what {c.get('algo.name')} learns in)")
+        c.problems.append(
+            f"algo.precision: {shown(precision)} is not one of {', '.join(allowed)} "
+            f"(what {c.get('algo.name')} learns in)"
+        )
 
 
 def _defines_own_rules(target) -> bool:
@@ -340,14 +390,19 @@ def _check_env(c: ConfigView, check_env: bool):
         c.choice("env.api", API_MODES)
     if c.algorithm and bool(c.algorithm.get("multi_agent")) != multi_agent:
         algo = c.get("algo.name")
-        c.problems.append(f"env=pettingzoo: algo={algo} learns single-agent environments; use "
-                          f"algo={c.algorithms_with('multi_agent', True)}" if multi_agent else
-                          f"algo={algo} learns multi-agent PettingZoo environments; use env=pettingzoo env.id=<module> "
-                          f"({c.get('env.id') or c.get('env.entry_point')} is a single-agent environment)")
+        c.problems.append(
+            f"env=pettingzoo: algo={algo} learns single-agent environments; use "
+            f"algo={c.algorithms_with('multi_agent', True)}"
+            if multi_agent
+            else f"algo={algo} learns multi-agent PettingZoo environments; use env=pettingzoo env.id=<module> "
+            f"({c.get('env.id') or c.get('env.entry_point')} is a single-agent environment)"
+        )
         check_env = False
     c.number("env.max_episode_steps", integer=True, low=1, optional=True)
     c.number("env.max_restarts", integer=True, low=0, optional=True)
-    c.number("env.restart_window_s", low=0, low_open=True, optional=True, infinite_ok=True)  # inf: never forgets a rebuild
+    c.number(
+        "env.restart_window_s", low=0, low_open=True, optional=True, infinite_ok=True
+    )  # inf: never forgets a rebuild
     if not check_env:
         return None
     env_cfg = c.get("env")
@@ -380,8 +435,9 @@ def _spaces_problem(c: ConfigView, probe) -> str | None:
 
     model = c.component("model._target_")
     spaces_problem = getattr(model, "spaces_problem", None)
-    return ((spaces_problem(c, probe) if spaces_problem else None)
-            or _memory_problem(c, probe.observation, probe.action.size, vector_mode(probe.spec)))
+    return (spaces_problem(c, probe) if spaces_problem else None) or _memory_problem(
+        c, probe.observation, probe.action.size, vector_mode(probe.spec)
+    )
 
 
 def _memory_problem(c: ConfigView, observation, action_size: int, vectorization: str) -> str | None:
@@ -401,16 +457,28 @@ def _memory_problem(c: ConfigView, observation, action_size: int, vectorization:
     if bytes_per_transition is not None:  # the replay's layout: whole rows, or image stacks' frames once
         layout = {key: c.get(f"algo.replay.{key}") for key in ("frames", "frames_per_transition")}
         bytes_per_transition = partial(
-            bytes_per_transition, image_shape=observation.image_shape, channels_last=observation.channels_last,
-            **{key: value for key, value in layout.items() if value is not None})
+            bytes_per_transition,
+            image_shape=observation.image_shape,
+            channels_last=observation.channels_last,
+            **{key: value for key, value in layout.items() if value is not None},
+        )
     processes, process_bytes = _worker_processes_here(c, workers)
     object_store = c.get("ray.object_store_mb") if processes and _worker_process_kind(c) == "ray" else 0
     estimate = estimated_memory_bytes(
-        obs_dim=observation.obs_dim, obs_dtype=observation.obs_dtype, action_size=action_size, rollout_length=rollout,
-        num_envs=workers * envs_per_worker, vectorization=vectorization,
-        workers=0 if in_learner else workers, hidden_sizes=hidden, copies_of_batch=2 if in_learner else 3,
-        replay_bytes=capacity * bytes_per_transition(observation.obs_dim, observation.obs_dtype) if bytes_per_transition else 0,
-        worker_processes=processes, worker_process_bytes=process_bytes,
+        obs_dim=observation.obs_dim,
+        obs_dtype=observation.obs_dtype,
+        action_size=action_size,
+        rollout_length=rollout,
+        num_envs=workers * envs_per_worker,
+        vectorization=vectorization,
+        workers=0 if in_learner else workers,
+        hidden_sizes=hidden,
+        copies_of_batch=2 if in_learner else 3,
+        replay_bytes=capacity * bytes_per_transition(observation.obs_dim, observation.obs_dtype)
+        if bytes_per_transition
+        else 0,
+        worker_processes=processes,
+        worker_process_bytes=process_bytes,
         object_store_bytes=object_store * 2**20 if isinstance(object_store, int) else 0,
     )
     return memory_problem(estimate)
@@ -451,14 +519,18 @@ def _check_machine_limits(c: ConfigView, workers) -> None:
     needed, available = processes * process_bytes, available_memory_bytes()
     problem: str | None
     if needed > 0.9 * available:
-        problem = (f"memory: they need about {needed / GIB:.1f} GiB ({process_bytes // 2**20} MiB each) but "
-                   f"{available / GIB:.1f} GiB is available")
+        problem = (
+            f"memory: they need about {needed / GIB:.1f} GiB ({process_bytes // 2**20} MiB each) but "
+            f"{available / GIB:.1f} GiB is available"
+        )
     else:
-        problem = (process_problem(processes + (RAY_DAEMONS if kind == "ray" else 0))
-                   or file_descriptor_problem(FDS_BASE + FDS_PER_WORKER[kind] * processes))
+        problem = process_problem(processes + (RAY_DAEMONS if kind == "ray" else 0)) or file_descriptor_problem(
+            FDS_BASE + FDS_PER_WORKER[kind] * processes
+        )
     if problem:
-        c.problems.append(f"workers: {workers} worker processes ({kind}) cannot run on this machine: {problem}; "
-                          f"use fewer workers")
+        c.problems.append(
+            f"workers: {workers} worker processes ({kind}) cannot run on this machine: {problem}; use fewer workers"
+        )
         c.sizes_refused = True
 
 
@@ -480,7 +552,9 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
         problems.append(f"env.imports: expected a list of module names such as [minigrid], got {shown(imports)}")
     wrappers = env_cfg.get("wrappers")
     if wrappers is not None and not isinstance(wrappers, list):
-        problems.append(f"env.wrappers: expected a list such as [minigrid.wrappers.ImgObsWrapper], got {shown(wrappers)}")
+        problems.append(
+            f"env.wrappers: expected a list such as [minigrid.wrappers.ImgObsWrapper], got {shown(wrappers)}"
+        )
     elif wrappers:
         from rlpar.envs.wrapping import entry_shape_problem
 
@@ -490,9 +564,12 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
         problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {shown(kwargs)}")
     policies = env_cfg.get("policies")
     if isinstance(policies, dict):  # {policy: [agent names or patterns]}
-        problems += [f"env.policies: policy name {shown(name)} must be a name without dots (it names the policy's "
-                     f"weights, policies.<name>.*, and its metrics), for example {shown(str(name).replace('.', '_') or 'team')}"
-                     for name in policies if not isinstance(name, str) or not name or "." in name]
+        problems += [
+            f"env.policies: policy name {shown(name)} must be a name without dots (it names the policy's "
+            f"weights, policies.<name>.*, and its metrics), for example {shown(str(name).replace('.', '_') or 'team')}"
+            for name in policies
+            if not isinstance(name, str) or not name or "." in name
+        ]
     return problems
 
 
@@ -551,7 +628,9 @@ def _check_device(c: ConfigView, device) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            c.problems.append(f"hardware.device: {device} requested (hardware=gpu) but no CUDA GPU is visible to PyTorch")
+            c.problems.append(
+                f"hardware.device: {device} requested (hardware=gpu) but no CUDA GPU is visible to PyTorch"
+            )
 
 
 def resume_dir_problem(resume) -> str | None:

@@ -111,12 +111,16 @@ def atari_problem(spec) -> str | None:
     except ValueError as err:
         return str(err)
     if spec.entry_point or not is_ale_id(spec.id):
-        return (f"env.atari: Atari preprocessing needs an ale-py id such as ALE/Pong-v5, not "
-                f"{spec.id or spec.entry_point} (set env.atari=null for other environments)")
+        return (
+            f"env.atari: Atari preprocessing needs an ale-py id such as ALE/Pong-v5, not "
+            f"{spec.id or spec.entry_point} (set env.atari=null for other environments)"
+        )
     frameskip = spec.kwargs.get("frameskip", 1)
     if frameskip != 1:
-        return (f"env.kwargs.frameskip: {frameskip!r} with env.atari, which skips frames itself "
-                f"(env.atari.frame_skip); leave env.kwargs.frameskip out")
+        return (
+            f"env.kwargs.frameskip: {frameskip!r} with env.atari, which skips frames itself "
+            f"(env.atari.frame_skip); leave env.kwargs.frameskip out"
+        )
     try:
         import cv2  # noqa: F401  (AtariPreprocessing resizes with OpenCV)
     except ImportError as err:

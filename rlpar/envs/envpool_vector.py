@@ -60,12 +60,31 @@ NO_LIMIT = 10**9  # EnvPool needs an episode limit; ale-py ids without one get t
 RESUME_SEED_STRIDE = 1_000_003  # a restored pool's seeds, clear of the run's own
 EPISODE_CUT = "episode_cut"  # info key: per environment, a truncation that ends no episode of the statistics
 # ale-py's AtariEnv arguments -> EnvPool's (game and frameskip are handled on their own)
-ALE_OPTIONS = {"repeat_action_probability": "repeat_action_probability", "full_action_space": "full_action_space",
-               "mode": "mode", "difficulty": "difficulty"}
+ALE_OPTIONS = {
+    "repeat_action_probability": "repeat_action_probability",
+    "full_action_space": "full_action_space",
+    "mode": "mode",
+    "difficulty": "difficulty",
+}
 # EnvPool's pool and bookkeeping options, never taken from env.kwargs
-RESERVED = {"num_envs", "batch_size", "num_threads", "max_num_players", "thread_affinity_offset", "base_path",
-            "seed", "env_seed", "gym_reset_return_info", "max_episode_steps", "xml_file", "post_constraint",
-            "frame_stack", "reward_threshold", "gymnasium_v5_render_camera", "legacy_healthy_reward"}
+RESERVED = {
+    "num_envs",
+    "batch_size",
+    "num_threads",
+    "max_num_players",
+    "thread_affinity_offset",
+    "base_path",
+    "seed",
+    "env_seed",
+    "gym_reset_return_info",
+    "max_episode_steps",
+    "xml_file",
+    "post_constraint",
+    "frame_stack",
+    "reward_threshold",
+    "gymnasium_v5_render_camera",
+    "legacy_healthy_reward",
+}
 
 
 def _envpool():
@@ -79,8 +98,10 @@ def envpool_problem(spec, make_env) -> str | None:
     Called after the id is known to exist (and `env.atari` to be valid); `make_env` builds the
     Gymnasium environment whose spaces EnvPool's must equal."""
     if spec.entry_point:
-        return (f"env.vectorization: envpool builds registered Atari and MuJoCo ids, not env.entry_point "
-                f"{spec.entry_point}; use auto or sync")
+        return (
+            f"env.vectorization: envpool builds registered Atari and MuJoCo ids, not env.entry_point "
+            f"{spec.entry_point}; use auto or sync"
+        )
     try:
         _envpool()
     except ImportError as err:
@@ -101,8 +122,10 @@ def envpool_problem(spec, make_env) -> str | None:
         return None
     try:
         if (observation, action) != (gym_env.observation_space, gym_env.action_space):
-            return (f"env.vectorization: EnvPool's {task_id} has spaces {observation}, {action} but Gymnasium's "
-                    f"{spec.id} {gym_env.observation_space}, {gym_env.action_space} with these options; use auto")
+            return (
+                f"env.vectorization: EnvPool's {task_id} has spaces {observation}, {action} but Gymnasium's "
+                f"{spec.id} {gym_env.observation_space}, {gym_env.action_space} with these options; use auto"
+            )
     finally:
         gym_env.close()
     return None
@@ -118,38 +141,57 @@ def envpool_task(spec) -> tuple[str, dict[str, Any]]:
         return _atari_task(spec, registered, available)
     if registered is not None and str(registered.entry_point).startswith(MUJOCO_ENTRY_POINT) and spec.id in available:
         return spec.id, _mujoco_options(spec, _envpool().make_spec(spec.id).config._asdict())
-    raise ValueError(f"env.vectorization: envpool covers ale-py ids with env.atari and Gymnasium's MuJoCo ids "
-                     f"(-v4, -v5); {spec.id} is neither here (use auto)")
+    raise ValueError(
+        f"env.vectorization: envpool covers ale-py ids with env.atari and Gymnasium's MuJoCo ids "
+        f"(-v4, -v5); {spec.id} is neither here (use auto)"
+    )
 
 
 def _atari_task(spec, registered, available: set[str]) -> tuple[str, dict[str, Any]]:
     if spec.atari is None:
-        raise ValueError("env.vectorization: envpool always preprocesses Atari frames; env.atari=null (raw frames) "
-                         "needs auto or sync")
+        raise ValueError(
+            "env.vectorization: envpool always preprocesses Atari frames; env.atari=null (raw frames) "
+            "needs auto or sync"
+        )
     atari = atari_options(spec.atari)
     if not atari["grayscale"]:
-        raise ValueError("env.atari.grayscale: false stacks RGB frames differently in EnvPool (channels first) than "
-                         "Gymnasium's path; use true, or env.vectorization=auto")
+        raise ValueError(
+            "env.atari.grayscale: false stacks RGB frames differently in EnvPool (channels first) than "
+            "Gymnasium's path; use true, or env.vectorization=auto"
+        )
     if atari["noop_max"] < 1:
-        raise ValueError("env.atari.noop_max: EnvPool takes 1..noop_max no-ops after a reset and cannot take none; "
-                         "use 1 or more, or env.vectorization=auto")
+        raise ValueError(
+            "env.atari.noop_max: EnvPool takes 1..noop_max no-ops after a reset and cannot take none; "
+            "use 1 or more, or env.vectorization=auto"
+        )
     ale_kwargs = {**registered.kwargs, **spec.kwargs}
     game = ale_kwargs.pop("game")
     task_id = "".join(part.capitalize() for part in game.split("_")) + "-v5"
     if task_id not in available:
         raise ValueError(f"env.id: EnvPool has no Atari game '{game}' ({spec.id}); use env.vectorization=auto")
-    options = {"use_fire_reset": False, "reward_clip": False, "episodic_life": atari["terminal_on_life_loss"],
-               "zero_discount_on_life_loss": False, "use_inter_area_resize": True, "gray_scale": True,
-               "frame_skip": atari["frame_skip"], "noop_max": atari["noop_max"], "stack_num": atari["frame_stack"],
-               "img_height": atari["screen_size"], "img_width": atari["screen_size"]}
+    options = {
+        "use_fire_reset": False,
+        "reward_clip": False,
+        "episodic_life": atari["terminal_on_life_loss"],
+        "zero_discount_on_life_loss": False,
+        "use_inter_area_resize": True,
+        "gray_scale": True,
+        "frame_skip": atari["frame_skip"],
+        "noop_max": atari["noop_max"],
+        "stack_num": atari["frame_stack"],
+        "img_height": atari["screen_size"],
+        "img_width": atari["screen_size"],
+    }
     frame_limits = [ale_kwargs.pop("max_num_frames_per_episode", None), registered.max_episode_steps]
     ale_kwargs.pop("frameskip", None)  # env.atari skips frames (atari_problem refuses another env.kwargs.frameskip)
     if ale_kwargs.get("obs_type", "rgb") in ("rgb", "grayscale"):  # AtariPreprocessing reads the screen itself
         ale_kwargs.pop("obs_type", None)
     for key, value in ale_kwargs.items():
         if key not in ALE_OPTIONS:
-            raise ValueError(f"env.kwargs.{key}: EnvPool has no equivalent for Atari; it takes "
-                             f"{', '.join(ALE_OPTIONS)} (or use env.vectorization=auto)")
+            raise ValueError(
+                f"env.kwargs.{key}: EnvPool has no equivalent for Atari; it takes "
+                f"{', '.join(ALE_OPTIONS)} (or use env.vectorization=auto)"
+            )
         options[ALE_OPTIONS[key]] = -1 if value is None else value
     limits = [limit // atari["frame_skip"] for limit in frame_limits if limit] + [spec.max_episode_steps or NO_LIMIT]
     options["max_episode_steps"] = min(limits)
@@ -167,12 +209,15 @@ def _mujoco_options(spec, config: dict[str, Any]) -> dict[str, Any]:
                 if base + suffix in config:
                     options[base + suffix] = float(end)
                 elif math.isfinite(end):
-                    raise ValueError(f"env.kwargs.{key}: EnvPool's {spec.id} has no {base}{suffix}; use "
-                                     f"env.vectorization=auto")
+                    raise ValueError(
+                        f"env.kwargs.{key}: EnvPool's {spec.id} has no {base}{suffix}; use env.vectorization=auto"
+                    )
         else:
             takes = sorted(k for k in config if k not in RESERVED)
-            raise ValueError(f"env.kwargs.{key}: EnvPool's {spec.id} has no equivalent; it takes {', '.join(takes)} "
-                             f"(or use env.vectorization=auto)")
+            raise ValueError(
+                f"env.kwargs.{key}: EnvPool's {spec.id} has no equivalent; it takes {', '.join(takes)} "
+                f"(or use env.vectorization=auto)"
+            )
     if spec.max_episode_steps:
         options["max_episode_steps"] = spec.max_episode_steps
     return options
@@ -217,9 +262,15 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         if self.pool is not None:
             self.pool.close()
         self.seeds = [int(s) % MAX_SEED for s in seeds]
-        self.pool = _envpool().make(self.task_id, env_type="gymnasium", num_envs=self.num_envs,
-                                    batch_size=self.num_envs, num_threads=self.num_threads, env_seed=self.seeds,
-                                    **self.options)
+        self.pool = _envpool().make(
+            self.task_id,
+            env_type="gymnasium",
+            num_envs=self.num_envs,
+            batch_size=self.num_envs,
+            num_threads=self.num_threads,
+            env_seed=self.seeds,
+            **self.options,
+        )
         obs, info = self.pool.reset()
         return obs, info
 
@@ -265,12 +316,22 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
     def __getstate__(self):
         """What a checkpoint can keep: how to build the pool, its seeds, the last observation."""
-        return {"task_id": self.task_id, "options": self.options, "num_envs": self.num_envs,
-                "num_threads": self.num_threads, "seeds": self.seeds, "last_obs": self.last_obs}
+        return {
+            "task_id": self.task_id,
+            "options": self.options,
+            "num_envs": self.num_envs,
+            "num_threads": self.num_threads,
+            "seeds": self.seeds,
+            "last_obs": self.last_obs,
+        }
 
     def __setstate__(self, state):
-        self.__init__(task_id=state["task_id"], options=state["options"], num_envs=state["num_envs"],
-                      num_threads=state["num_threads"])
+        self.__init__(
+            task_id=state["task_id"],
+            options=state["options"],
+            num_envs=state["num_envs"],
+            num_threads=state["num_threads"],
+        )
         self.fresh_obs, _ = self._build([s + RESUME_SEED_STRIDE for s in state["seeds"]])
         self.last_obs, self.resume_steps = state["last_obs"], 2
 

@@ -72,8 +72,10 @@ def resolve_env_spec(*, centralised_critic: bool = False, **env_cfg) -> EnvSpec:
     if isinstance(spec.get("atari"), Mapping):
         spec["atari"] = dict(spec["atari"])
     if isinstance(spec.get("policies"), Mapping):
-        spec["policies"] = {name: list(agents) if isinstance(agents, (list, tuple)) else agents
-                            for name, agents in spec["policies"].items()}
+        spec["policies"] = {
+            name: list(agents) if isinstance(agents, (list, tuple)) else agents
+            for name, agents in spec["policies"].items()
+        }
     module, spec["id"] = split_module_id(spec["id"]) if isinstance(spec.get("id"), str) else (None, spec.get("id"))
     spec["imports"] = tuple(spec.get("imports") or ()) + ((module,) if module else ())
     spec["wrappers"] = tuple(dict(w) if isinstance(w, Mapping) else w for w in spec.get("wrappers") or ())
@@ -121,8 +123,11 @@ def user_module_path(path: str, search_dir: str | None = None) -> str | None:
         return None
     where = spec.submodule_search_locations[0] if spec.submodule_search_locations else spec.origin
     where = os.path.realpath(where)
-    installed = {os.path.realpath(p) for key in ("purelib", "platlib", "stdlib", "platstdlib")
-                 if (p := sysconfig.get_paths().get(key))}
+    installed = {
+        os.path.realpath(p)
+        for key in ("purelib", "platlib", "stdlib", "platstdlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
     rlpar_dir = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))
     if where == rlpar_dir or any(where == d or where.startswith(d + os.sep) for d in installed):
         return None
@@ -195,8 +200,10 @@ def missing_simulator(env_id: str, entry_point) -> str | None:
             except ImportError as err:
                 from rlpar.errors import first_line
 
-                return (f"env.id: '{env_id}' needs {simulator}, which is not installed "
-                        f"(pip install {pin}; {type(err).__name__}: {first_line(err)})")
+                return (
+                    f"env.id: '{env_id}' needs {simulator}, which is not installed "
+                    f"(pip install {pin}; {type(err).__name__}: {first_line(err)})"
+                )
     return None
 
 
@@ -232,8 +239,10 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     if problem := missing_simulator(spec.id, registered.entry_point):
         return problem
     if is_ale_id(spec.id) and spec.vectorization == "native":
-        return ("env.vectorization: native is not offered for ale-py ids (ale-py's AtariVectorEnv preprocesses "
-                "on its own terms, unlike env.atari); use auto or sync")
+        return (
+            "env.vectorization: native is not offered for ale-py ids (ale-py's AtariVectorEnv preprocesses "
+            "on its own terms, unlike env.atari); use auto or sync"
+        )
     if spec.atari is not None and (problem := atari_problem(spec)):
         return problem
     return envpool_problem(spec, make_env) if spec.vectorization == "envpool" else None
@@ -248,7 +257,9 @@ def make_env(spec: EnvSpec) -> gym.Env:
         return TeamEnv(multi_agent_vector_env(spec))
     prepare_env(spec)
     env = _make_unwrapped_env(spec)
-    return apply_wrappers(env, spec.wrappers, partial(import_object, search_dir=spec.import_dir)) if spec.wrappers else env
+    return (
+        apply_wrappers(env, spec.wrappers, partial(import_object, search_dir=spec.import_dir)) if spec.wrappers else env
+    )
 
 
 def wrappers_problem(spec: EnvSpec) -> str | None:
@@ -256,8 +267,10 @@ def wrappers_problem(spec: EnvSpec) -> str | None:
     vector env built whole (native, envpool) takes none."""
     problems = wrapper_problems(spec.wrappers, partial(import_object, search_dir=spec.import_dir))
     if spec.wrappers and spec.vectorization in ("native", "envpool"):
-        problems.append(f"env.vectorization: {spec.vectorization} vector envs are built whole, without env.wrappers; "
-                        f"use auto or sync")
+        problems.append(
+            f"env.vectorization: {spec.vectorization} vector envs are built whole, without env.wrappers; "
+            f"use auto or sync"
+        )
     return "; ".join(problems) or None
 
 
@@ -331,9 +344,7 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
             env_cls, limit = SEEDED_NATIVE[env_id]
             return env_cls(num_envs=num_envs, max_episode_steps=spec.max_episode_steps or limit)
         extra: dict[str, Any] = {"max_episode_steps": spec.max_episode_steps} if spec.max_episode_steps else {}
-        return gym.make_vec(
-            env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs
-        )
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **extra, **spec.kwargs)
     build = partial(make_env, spec)
     limits = _restart_limits(spec)
     return gym.vector.SyncVectorEnv([lambda: RecoveringEnv(build(), build, **limits) for _ in range(num_envs)])
@@ -341,7 +352,9 @@ def make_vector_env(spec: EnvSpec, num_envs: int) -> gym.vector.VectorEnv:
 
 def _restart_limits(spec: EnvSpec) -> dict:
     """How an environment that raises is rebuilt (recovering.py), single- and multi-agent alike."""
-    return dict(name=spec.id or spec.entry_point, max_restarts=spec.max_restarts, restart_window_s=spec.restart_window_s)
+    return dict(
+        name=spec.id or spec.entry_point, max_restarts=spec.max_restarts, restart_window_s=spec.restart_window_s
+    )
 
 
 def make_parallel_env(spec: EnvSpec):
@@ -351,7 +364,9 @@ def make_parallel_env(spec: EnvSpec):
     try:
         import pettingzoo  # noqa: F401
     except ImportError:
-        raise ImportError("env=pettingzoo needs PettingZoo (pip install 'rlpar[multiagent]', or requirements.txt)") from None
+        raise ImportError(
+            "env=pettingzoo needs PettingZoo (pip install 'rlpar[multiagent]', or requirements.txt)"
+        ) from None
     if spec.entry_point:
         make = import_object(spec.entry_point, spec.import_dir)
     else:
@@ -365,8 +380,14 @@ def multi_agent_vector_env(spec: EnvSpec, num_columns: int | None = None):
     None: one environment."""
     from rlpar.envs.pettingzoo import MultiAgentVectorEnv
 
-    return MultiAgentVectorEnv(make=partial(make_parallel_env, spec), num_columns=num_columns, policies=spec.policies,
-                               agent_id=spec.agent_id, global_state=spec.global_state, **_restart_limits(spec))
+    return MultiAgentVectorEnv(
+        make=partial(make_parallel_env, spec),
+        num_columns=num_columns,
+        policies=spec.policies,
+        agent_id=spec.agent_id,
+        global_state=spec.global_state,
+        **_restart_limits(spec),
+    )
 
 
 def env_restarts(venv: gym.vector.VectorEnv) -> int:

@@ -68,8 +68,13 @@ class PartialObservation(gym.Env):
     visible: tuple[int, ...] = ()
     metadata = {"render_modes": ["human", "rgb_array"]}
 
-    def __init__(self, task_id: str | None = None, keep: Sequence[int] | None = None,
-                 max_episode_steps: int | None = None, **task_kwargs):
+    def __init__(
+        self,
+        task_id: str | None = None,
+        keep: Sequence[int] | None = None,
+        max_episode_steps: int | None = None,
+        **task_kwargs,
+    ):
         task_id = task_id or self.task_id
         if not task_id:
             raise ValueError("PartialObservation needs task_id, a registered Gymnasium id")
@@ -79,7 +84,9 @@ class PartialObservation(gym.Env):
             raise ValueError(f"PartialObservation needs a flat Box observation; {task_id} has {full}")
         self.keep = np.array([int(i) for i in (self.visible if keep is None else keep)], np.int64)
         if self.keep.size == 0 or self.keep.min() < 0 or self.keep.max() >= full.shape[0]:
-            raise ValueError(f"keep={self.keep.tolist()} must name some of {task_id}'s {full.shape[0]} observation indices")
+            raise ValueError(
+                f"keep={self.keep.tolist()} must name some of {task_id}'s {full.shape[0]} observation indices"
+            )
         self.observation_space = gym.spaces.Box(full.low[self.keep], full.high[self.keep], dtype=full.dtype)
         self.action_space = self.task.action_space
         self.metadata = self.task.metadata
@@ -133,8 +140,13 @@ class MountainCarContinuousNoVelocity(PartialObservation):
 
 # Pendulum-v1 registers no reward_threshold: -200 is RL Baselines3 Zoo's usual bar for it.
 NO_VELOCITY_THRESHOLDS = {"Pendulum-v1": -200.0}
-NO_VELOCITY_TASKS = (CartPoleNoVelocity, PendulumNoVelocity, AcrobotNoVelocity, MountainCarNoVelocity,
-                     MountainCarContinuousNoVelocity)
+NO_VELOCITY_TASKS = (
+    CartPoleNoVelocity,
+    PendulumNoVelocity,
+    AcrobotNoVelocity,
+    MountainCarNoVelocity,
+    MountainCarContinuousNoVelocity,
+)
 MEMORY_CUE_THRESHOLD = 0.9  # out of 1: a feed-forward policy's expectation is 0
 
 
@@ -142,14 +154,19 @@ def register_memory_envs() -> None:
     """rlpar/MemoryCue-v0, and rlpar/<Task>NoVelocity-v<n> with the full task's version, time limit
     and reward threshold (the velocity-free task is judged by the full task's bar)."""
     if "rlpar/MemoryCue-v0" not in gym.registry:
-        gym.register("rlpar/MemoryCue-v0", entry_point="rlpar.envs.memory:MemoryCue",
-                     reward_threshold=MEMORY_CUE_THRESHOLD)
+        gym.register(
+            "rlpar/MemoryCue-v0", entry_point="rlpar.envs.memory:MemoryCue", reward_threshold=MEMORY_CUE_THRESHOLD
+        )
     for task in NO_VELOCITY_TASKS:
         full = gym.spec(task.task_id)
         env_id = f"rlpar/{task.__name__}-v{full.version}"
         if env_id not in gym.registry:
             # The task's own limit is lifted (-1) and put back by gym.make as the registered one, so
             # gym.make(env_id, max_episode_steps=n) changes it as for any registered id.
-            gym.register(env_id, entry_point=f"rlpar.envs.memory:{task.__name__}",
-                         kwargs={"max_episode_steps": -1}, max_episode_steps=full.max_episode_steps,
-                         reward_threshold=NO_VELOCITY_THRESHOLDS.get(task.task_id, full.reward_threshold))
+            gym.register(
+                env_id,
+                entry_point=f"rlpar.envs.memory:{task.__name__}",
+                kwargs={"max_episode_steps": -1},
+                max_episode_steps=full.max_episode_steps,
+                reward_threshold=NO_VELOCITY_THRESHOLDS.get(task.task_id, full.reward_threshold),
+            )

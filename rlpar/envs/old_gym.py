@@ -60,9 +60,7 @@ def _to_gymnasium_space(space):
     if kind == "Discrete":
         return gym.spaces.Discrete(int(space.n), start=int(getattr(space, "start", 0)))
     if kind == "Box":
-        return gym.spaces.Box(
-            low=np.asarray(space.low), high=np.asarray(space.high), dtype=np.dtype(space.dtype)
-        )
+        return gym.spaces.Box(low=np.asarray(space.low), high=np.asarray(space.high), dtype=np.dtype(space.dtype))
     raise TypeError(f"unsupported old-gym space {kind}; only Discrete and Box are adapted")
 
 

@@ -49,7 +49,9 @@ def module_env_factory(module_name: str):
     module = importlib.import_module(module_name)
     make = getattr(module, "parallel_env", None) or getattr(module, "env", None)
     if make is None:
-        raise ImportError(f"module '{module_name}' has neither parallel_env() nor env() (a PettingZoo environment module)")
+        raise ImportError(
+            f"module '{module_name}' has neither parallel_env() nor env() (a PettingZoo environment module)"
+        )
     return make
 
 
@@ -60,7 +62,9 @@ def as_parallel_env(env):
 
     if isinstance(env, AECEnv):
         return aec_to_parallel(env)
-    if not isinstance(env, ParallelEnv) and not all(hasattr(env, name) for name in ("possible_agents", "reset", "step")):
+    if not isinstance(env, ParallelEnv) and not all(
+        hasattr(env, name) for name in ("possible_agents", "reset", "step")
+    ):
         raise TypeError(f"{type(env).__name__} is not a PettingZoo ParallelEnv or AECEnv")
     return env
 
@@ -81,27 +85,40 @@ def policy_groups(agents: tuple[str, ...], mapping, same_spaces) -> tuple[tuple[
     elif isinstance(mapping, dict):
         names = []
         for agent in agents:
-            owners = [p for p, patterns in mapping.items()
-                      if any(fnmatch.fnmatchcase(agent, str(pattern)) for pattern in _as_list(patterns))]
+            owners = [
+                p
+                for p, patterns in mapping.items()
+                if any(fnmatch.fnmatchcase(agent, str(pattern)) for pattern in _as_list(patterns))
+            ]
             if len(owners) != 1:
-                raise ValueError(f"env.policies: agent '{agent}' matches {len(owners)} policies "
-                                 f"({', '.join(owners) or 'none'}); each agent needs exactly one")
+                raise ValueError(
+                    f"env.policies: agent '{agent}' matches {len(owners)} policies "
+                    f"({', '.join(owners) or 'none'}); each agent needs exactly one"
+                )
             names.append(owners[0])
-        unmatched = [f"{p} ({', '.join(map(str, _as_list(patterns)))})" for p, patterns in mapping.items() if p not in names]
+        unmatched = [
+            f"{p} ({', '.join(map(str, _as_list(patterns)))})" for p, patterns in mapping.items() if p not in names
+        ]
         if unmatched:
-            raise ValueError(f"env.policies: {' and '.join(unmatched)} {'matches' if len(unmatched) == 1 else 'match'} "
-                             f"no agent; the agents are {', '.join(agents)}")
+            raise ValueError(
+                f"env.policies: {' and '.join(unmatched)} {'matches' if len(unmatched) == 1 else 'match'} "
+                f"no agent; the agents are {', '.join(agents)}"
+            )
     else:
-        raise ValueError(f"env.policies: expected one of {', '.join(POLICY_MAPPINGS)} or a mapping "
-                         f"{{policy: [agent names or patterns]}}, got {mapping!r}")
+        raise ValueError(
+            f"env.policies: expected one of {', '.join(POLICY_MAPPINGS)} or a mapping "
+            f"{{policy: [agent names or patterns]}}, got {mapping!r}"
+        )
     policies = tuple(dict.fromkeys(names))
     policy_of = tuple(policies.index(name) for name in names)
     for p, policy in enumerate(policies):
         members = [a for a, q in zip(agents, policy_of) if q == p]
         odd = next((a for a in members if not same_spaces(members[0], a)), None)
         if odd is not None:
-            raise ValueError(f"env.policies: policy '{policy}' covers agents with different spaces ({members[0]} and "
-                             f"{odd}); give them separate policies (env.policies=group or agent)")
+            raise ValueError(
+                f"env.policies: policy '{policy}' covers agents with different spaces ({members[0]} and "
+                f"{odd}); give them separate policies (env.policies=group or agent)"
+            )
     return policies, policy_of
 
 
@@ -148,9 +165,11 @@ class AgentLayout:
             return first
         if all(a.discrete and not a.factored for a in self.actions):
             return max(self.actions, key=lambda a: a.size)
-        raise ValueError("env: agents' action spaces differ beyond the number of Discrete choices "
-                         f"({', '.join(sorted(set(map(_describe, self.actions))))}); rlpar batches every agent's "
-                         "actions in one array")
+        raise ValueError(
+            "env: agents' action spaces differ beyond the number of Discrete choices "
+            f"({', '.join(sorted(set(map(_describe, self.actions))))}); rlpar batches every agent's "
+            "actions in one array"
+        )
 
 
 def _describe(action: ActionInfo) -> str:
@@ -199,15 +218,20 @@ def global_state_source(env, global_state: str, obs_dims) -> tuple[int, bool]:
     if global_state not in GLOBAL_STATES:
         raise ValueError(f"env.global_state: expected one of {', '.join(GLOBAL_STATES)}, got {global_state!r}")
     if global_state == "state" and not has_state(env):
-        raise ValueError("env.global_state=state: the environment has no state() and state_space; use auto or observations")
+        raise ValueError(
+            "env.global_state=state: the environment has no state() and state_space; use auto or observations"
+        )
     if global_state != "observations" and has_state(env):
         return observation_dim(env.state_space), True
     return sum(obs_dims), False
 
 
 def team_episode_info(num_columns: int) -> dict:
-    return {"agent_active": np.zeros(num_columns, bool), "team_return": np.full(num_columns, np.nan),
-            "team_length": np.zeros(num_columns, np.int64)}
+    return {
+        "agent_active": np.zeros(num_columns, bool),
+        "team_return": np.full(num_columns, np.nan),
+        "team_length": np.zeros(num_columns, np.int64),
+    }
 
 
 class MultiAgentVectorEnv(gym.vector.VectorEnv):
@@ -216,9 +240,18 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
-    def __init__(self, *, make, num_columns: int | None = None, policies="auto", agent_id: bool = False,
-                 global_state: str | None = None, name: str = "the environment", max_restarts: int = 100,
-                 restart_window_s: float = 60.0):
+    def __init__(
+        self,
+        *,
+        make,
+        num_columns: int | None = None,
+        policies="auto",
+        agent_id: bool = False,
+        global_state: str | None = None,
+        name: str = "the environment",
+        max_restarts: int = 100,
+        restart_window_s: float = 60.0,
+    ):
         """`num_columns`: whole environments' agents (None: one environment's). An environment
         that raises is rebuilt as a single-agent one is (rlpar.envs.recovering, the env.max_restarts
         and env.restart_window_s limits): its agents' step is a truncation at their last good rows."""
@@ -238,14 +271,19 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         row = gym.spaces.Box(-np.inf, np.inf, (self.layout.row_dim,), np.float32)
         self.single_observation_space, self.observation_space = row, gym.vector.utils.batch_space(row, num_columns)
         column_action = self.layout.column_action
-        self.single_action_space = (gym.spaces.Discrete(column_action.size) if column_action.discrete
-                                    and not column_action.factored else self.action_spaces[0])
+        self.single_action_space = (
+            gym.spaces.Discrete(column_action.size)
+            if column_action.discrete and not column_action.factored
+            else self.action_spaces[0]
+        )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_columns)
         self.resetting = np.zeros(count, bool)  # the environment's episode ended: this step resets it
         self.team_return = np.zeros(count)
         self.team_length = np.zeros(count, np.int64)
         self.id_columns = [self.layout.obs_dims[a] + self.layout.id_index[a] for a in range(self.agents_per_env)]
-        self.state_columns = [slice(self.layout.actor_inputs[a], self.layout.row_dims[a]) for a in range(self.agents_per_env)]
+        self.state_columns = [
+            slice(self.layout.actor_inputs[a], self.layout.row_dims[a]) for a in range(self.agents_per_env)
+        ]
         self.restarts = 0  # rebuilds of all its environments (rlpar.envs.factory.env_restarts)
         self._rebuilds = [0] * count  # per environment: its reset seed's stride after a rebuild
         self._recent: list[deque] = [deque() for _ in range(count)]  # times of each environment's rebuilds
@@ -276,8 +314,9 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
             if layout.state_from_env:
                 state = np.asarray(gym.spaces.flatten(env.state_space, env.state()), np.float32)
             else:
-                state = np.concatenate([np.zeros(d, np.float32) if f is None else f
-                                        for f, d in zip(flat, layout.obs_dims)])
+                state = np.concatenate(
+                    [np.zeros(d, np.float32) if f is None else f for f, d in zip(flat, layout.obs_dims)]
+                )
             for a in range(self.agents_per_env):
                 out[a, self.state_columns[a]] = state
 
@@ -286,7 +325,11 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
 
     # -- the vector env -----------------------------------------------------------------------
     def reset(self, *, seed=None, options=None):
-        seeds = seed if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(self.num_envs)]
+        seeds = (
+            seed
+            if isinstance(seed, (list, tuple))
+            else [None if seed is None else seed + i for i in range(self.num_envs)]
+        )
         rows = np.zeros((self.num_envs, self.layout.row_dim), np.float32)
         for k in range(len(self.envs)):
             self._reset_env(k, seeds[k * self.agents_per_env], rows)
@@ -324,8 +367,9 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
         """What an agent's observation or reward breaks of the environment's contract
         (rlpar.envs.contract), naming the agent; None when all is well."""
         for a, agent in enumerate(self.layout.agents):
-            problem = ((agent in observations and observation_problem(observations[agent], self.obs_spaces[a]))
-                       or (agent in rewards and reward_problem(rewards[agent])))
+            problem = (agent in observations and observation_problem(observations[agent], self.obs_spaces[a])) or (
+                agent in rewards and reward_problem(rewards[agent])
+            )
             if problem:
                 return f"{problem} for agent {agent}"
         return None
@@ -333,8 +377,14 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
     def _rebuild(self, k: int, err: Exception) -> None:
         self._rebuilds[k] += 1
         self.restarts += 1
-        stop_if_failing_for_good(err, self._recent[k], self._failures_in_a_row[k], name=self.name,
-                                 max_restarts=self.max_restarts, restart_window_s=self.restart_window_s)
+        stop_if_failing_for_good(
+            err,
+            self._recent[k],
+            self._failures_in_a_row[k],
+            name=self.name,
+            max_restarts=self.max_restarts,
+            restart_window_s=self.restart_window_s,
+        )
         log_rebuild(err, self.name, self._rebuilds[k])
         close_quietly(self.envs[k])
         self.envs[k] = self._make()
@@ -356,8 +406,9 @@ class MultiAgentVectorEnv(gym.vector.VectorEnv):
                 self.team_return[k], self.team_length[k] = 0.0, 0
                 continue
             live = set(env.agents)
-            chosen = {agent: self._env_action(a, actions[k * A + a]) for a, agent in enumerate(layout.agents)
-                      if agent in live}
+            chosen = {
+                agent: self._env_action(a, actions[k * A + a]) for a, agent in enumerate(layout.agents) if agent in live
+            }
             self._steps[k] += 1
             try:
                 observations, agent_rewards, agent_terminated, agent_truncated, _ = env.step(chosen)

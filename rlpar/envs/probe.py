@@ -60,8 +60,9 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
     except BaseException as err:  # user code: any exception, MemoryError included
         if isinstance(err, KeyboardInterrupt):
             raise
-        return EnvProbe(spec, f"env: building {name} with env.kwargs {spec.kwargs} failed "
-                              f"({type(err).__name__}: {first_line(err)})")
+        return EnvProbe(
+            spec, f"env: building {name} with env.kwargs {spec.kwargs} failed ({type(err).__name__}: {first_line(err)})"
+        )
     try:
         try:
             observation = describe_observation_space(env.observation_space)
@@ -75,10 +76,14 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
         else:
             state_problem = None
         return EnvProbe(
-            spec, observation=observation, action=action, action_space=env.action_space,
+            spec,
+            observation=observation,
+            action=action,
+            action_space=env.action_space,
             vector_observations=isinstance(env.observation_space, gym.spaces.Box) and not observation.image_shape,
             whitened=whitened_by_default(env.observation_space),
-            step_problem=step_problem, state_problem=state_problem,
+            step_problem=step_problem,
+            state_problem=state_problem,
         )
     finally:
         env.close()
@@ -96,8 +101,10 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
         if isinstance(err, KeyboardInterrupt):
             raise
         where = f"env.entry_point {name}" if spec.entry_point else f"env.id {name} (a PettingZoo module)"
-        return EnvProbe(spec, f"env: building {where} with env.kwargs {spec.kwargs} failed "
-                              f"({type(err).__name__}: {first_line(err)})")
+        return EnvProbe(
+            spec,
+            f"env: building {where} with env.kwargs {spec.kwargs} failed ({type(err).__name__}: {first_line(err)})",
+        )
     try:
         layout = agent_layout(env, policies=spec.policies, agent_id=spec.agent_id, global_state=spec.global_state)
     except (ValueError, TypeError) as err:
@@ -106,8 +113,14 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
     finally:
         env.close()
     row = gym.spaces.Box(-np.inf, np.inf, (layout.row_dim,), np.float32)
-    probe = EnvProbe(spec, observation=describe_observation_space(row), action=layout.column_action, agents=layout,
-                     vector_observations=True, whitened=True)
+    probe = EnvProbe(
+        spec,
+        observation=describe_observation_space(row),
+        action=layout.column_action,
+        agents=layout,
+        vector_observations=True,
+        whitened=True,
+    )
     if not steps:
         return probe
     stage, venv = "reset", None
@@ -118,7 +131,9 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
             stage = f"step {step + 1}"
             obs, rewards, *_ = venv.step(np.stack([space.sample() for space in venv.action_spaces]))  # one environment
             if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
-                return replace(probe, step_problem=f"env: {name} returned NaN or infinite observations or rewards at {stage}")
+                return replace(
+                    probe, step_problem=f"env: {name} returned NaN or infinite observations or rewards at {stage}"
+                )
         actions = np.stack([space.sample() for space in venv.action_spaces])
         return replace(probe, state_problem=state_pickle_problem(venv, lambda copy: copy.step(actions)[:2]))
     except Exception as err:

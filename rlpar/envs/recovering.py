@@ -36,8 +36,15 @@ _REBUILDS_IN_PROCESS: dict[str, int] = {}  # by environment name: 64 environment
 
 
 class RecoveringEnv(gym.Wrapper):
-    def __init__(self, env: gym.Env, make_env: Callable[[], gym.Env], *, name: str = "the environment",
-                 max_restarts: int = 100, restart_window_s: float = 60.0):
+    def __init__(
+        self,
+        env: gym.Env,
+        make_env: Callable[[], gym.Env],
+        *,
+        name: str = "the environment",
+        max_restarts: int = 100,
+        restart_window_s: float = 60.0,
+    ):
         super().__init__(env)
         self._make_env = make_env  # picklable (a partial of the factory), so the vector env is too
         self.name = name
@@ -58,8 +65,14 @@ class RecoveringEnv(gym.Wrapper):
 
     def _rebuild(self, err: Exception) -> None:
         self.restarts += 1
-        stop_if_failing_for_good(err, self._recent, self._failures_in_a_row, name=self.name,
-                                 max_restarts=self.max_restarts, restart_window_s=self.restart_window_s)
+        stop_if_failing_for_good(
+            err,
+            self._recent,
+            self._failures_in_a_row,
+            name=self.name,
+            max_restarts=self.max_restarts,
+            restart_window_s=self.restart_window_s,
+        )
         log_rebuild(err, self.name, self.restarts)
         close_quietly(self.env)
         self.env = self._make_env()
@@ -104,8 +117,9 @@ class RecoveringEnv(gym.Wrapper):
             raise EnvironmentFailedError(f"environment {self.name} returned {problem} (at {when})")
 
 
-def stop_if_failing_for_good(err: Exception, recent: deque, failures_in_a_row: int, *, name: str, max_restarts: int,
-                             restart_window_s: float) -> None:
+def stop_if_failing_for_good(
+    err: Exception, recent: deque, failures_in_a_row: int, *, name: str, max_restarts: int, restart_window_s: float
+) -> None:
     """Count a rebuild now in `recent` (the times of one environment's rebuilds); raise
     EnvironmentFailedError past `max_restarts` within the window, or after FAILURES_IN_A_ROW."""
     now = time.monotonic()
@@ -116,11 +130,13 @@ def stop_if_failing_for_good(err: Exception, recent: deque, failures_in_a_row: i
     if len(recent) > max_restarts:
         raise EnvironmentFailedError(
             f"environment {name} raised {len(recent)} times within {restart_window_s:g} s, more "
-            f"than env.max_restarts={max_restarts} per env.restart_window_s; {last}") from err
+            f"than env.max_restarts={max_restarts} per env.restart_window_s; {last}"
+        ) from err
     if failures_in_a_row >= FAILURES_IN_A_ROW:
         raise EnvironmentFailedError(
             f"environment {name} raised on {failures_in_a_row} steps in a row, rebuilt each time, "
-            f"without one good step; {last}") from err
+            f"without one good step; {last}"
+        ) from err
 
 
 def log_rebuild(err: Exception, name: str, restarts: int) -> None:
@@ -128,16 +144,24 @@ def log_rebuild(err: Exception, name: str, restarts: int) -> None:
     a flaky simulator must not flood the log."""
     in_process = _REBUILDS_IN_PROCESS[name] = _REBUILDS_IN_PROCESS.get(name, 0) + 1
     if _is_power_of_ten(in_process):
-        log.warning("environment %s raised %s: %s; rebuilt it (rebuild %d of this environment, %d of such "
-                    "environments in this process; logged at 1, 10, 100, ...)", name, type(err).__name__,
-                    err, restarts, in_process)
+        log.warning(
+            "environment %s raised %s: %s; rebuilt it (rebuild %d of this environment, %d of such "
+            "environments in this process; logged at 1, 10, 100, ...)",
+            name,
+            type(err).__name__,
+            err,
+            restarts,
+            in_process,
+        )
 
 
 def reset_failed(err: Exception, name: str) -> EnvironmentFailedError:
     """An environment whose reset raised RESET_ATTEMPTS times in a row, rebuilt between: it
     stops the run as one that fails for good (with a checkpoint)."""
-    return EnvironmentFailedError(f"environment {name} raised on {RESET_ATTEMPTS} resets in a row, rebuilt each "
-                                  f"time; last: {type(err).__name__}: {first_line(err)}")
+    return EnvironmentFailedError(
+        f"environment {name} raised on {RESET_ATTEMPTS} resets in a row, rebuilt each "
+        f"time; last: {type(err).__name__}: {first_line(err)}"
+    )
 
 
 def close_quietly(env) -> None:

@@ -27,11 +27,28 @@ import gymnasium as gym
 KNOWN_PACKAGES = (
     (("MiniGrid-", "BabyAI-"), "minigrid", "minigrid"),
     (("MiniWorld-",), "miniworld", "miniworld"),
-    (("highway-", "merge-", "roundabout-", "parking-", "intersection-", "racetrack-", "exit-", "two-way-",
-      "lane-keeping-", "u-turn-"), "highway_env", "highway-env"),
+    (
+        (
+            "highway-",
+            "merge-",
+            "roundabout-",
+            "parking-",
+            "intersection-",
+            "racetrack-",
+            "exit-",
+            "two-way-",
+            "lane-keeping-",
+            "u-turn-",
+        ),
+        "highway_env",
+        "highway-env",
+    ),
     (("GymV21Environment-", "GymV26Environment-", "dm_control/", "bsuite/", "meltingpot/"), "shimmy", "shimmy"),
-    (("Fetch", "HandManipulate", "HandReach-", "AdroitHand", "PointMaze_", "AntMaze_", "FrankaKitchen-"),
-     "gymnasium_robotics", "gymnasium-robotics"),
+    (
+        ("Fetch", "HandManipulate", "HandReach-", "AdroitHand", "PointMaze_", "AntMaze_", "FrankaKitchen-"),
+        "gymnasium_robotics",
+        "gymnasium-robotics",
+    ),
     (("Panda",), "panda_gym", "panda-gym"),
     (("FlappyBird-",), "flappy_bird_gymnasium", "flappy-bird-gymnasium"),
     (("mo-",), "mo_gymnasium", "mo-gymnasium"),
@@ -40,8 +57,22 @@ KNOWN_PACKAGES = (
 PLUGIN_GROUP = "gymnasium.envs"  # an entry point's name is its namespace; `__root__`: none
 ROOT_NAMESPACES = ("__root__", "__internal__")
 # Installed packages that depend on Gymnasium but register no single-agent ids on import.
-NOT_REGISTERING = frozenset({"rlpar", "gymnasium", "hydra_plugins", "pettingzoo", "mpe2", "envpool", "stable_baselines3",
-                             "sb3_contrib", "ray", "torchrl", "tianshou", "cleanrl"})
+NOT_REGISTERING = frozenset(
+    {
+        "rlpar",
+        "gymnasium",
+        "hydra_plugins",
+        "pettingzoo",
+        "mpe2",
+        "envpool",
+        "stable_baselines3",
+        "sb3_contrib",
+        "ray",
+        "torchrl",
+        "tianshou",
+        "cleanrl",
+    }
+)
 
 
 class UnknownEnvId(LookupError):
@@ -69,8 +100,9 @@ def _found_module(env_id: str) -> str | None:
     if known is not None:
         module, pip_name = known
         if importlib.util.find_spec(module) is None:
-            raise UnknownEnvId(f"env.id: '{env_id}' comes from the {pip_name} package, which is not installed "
-                               f"(pip install {pip_name})")
+            raise UnknownEnvId(
+                f"env.id: '{env_id}' comes from the {pip_name} package, which is not installed (pip install {pip_name})"
+            )
         importlib.import_module(module)
         if _known(env_id):
             return module
@@ -121,7 +153,7 @@ def _plugins(env_id: str):
         if point.group == PLUGIN_GROUP:
             found.append((point.name, point))
         elif point.group.startswith(PLUGIN_GROUP + "."):
-            found.append((point.group[len(PLUGIN_GROUP) + 1:], point))
+            found.append((point.group[len(PLUGIN_GROUP) + 1 :], point))
     by_namespace = [(None if name in ROOT_NAMESPACES else name, point) for name, point in found]
     return sorted(by_namespace, key=lambda item: (item[0] != namespace, -_likeness(env_id, item[1].module)))
 
@@ -170,12 +202,17 @@ def _top_level_modules(dist) -> set[str]:
     """What a distribution installs to import: its top_level.txt, else the first parts of its files."""
     listed = (dist.read_text("top_level.txt") or "").split()
     if not listed:
-        listed = {path.parts[0].removesuffix(".py") for path in dist.files or () if len(path.parts) > 1 or path.suffix == ".py"}
+        listed = {
+            path.parts[0].removesuffix(".py")
+            for path in dist.files or ()
+            if len(path.parts) > 1 or path.suffix == ".py"
+        }
     return {module for module in listed if module.isidentifier() and not module.startswith("_")}
 
 
 def _likeness(env_id: str, module: str) -> float:
     """How much a package's name resembles an id (minigrid ~ MiniGrid-DoorKey-5x5-v0)."""
+
     def words(text):
         return re.sub(r"[^a-z0-9]", "", text.lower())
 
@@ -190,8 +227,10 @@ def unknown_id_message(env_id: str) -> str:
         said = ""
     except gym.error.Error as err:
         said = f" ({str(err).splitlines()[0] if str(err) else type(err).__name__})"
-    hint = (f"if a package registers it, name it: env.imports=[package] (or env.id=package:{env_id}); "
-            f"for a class of your own: env.id=null env.entry_point=module:Class")
+    hint = (
+        f"if a package registers it, name it: env.imports=[package] (or env.id=package:{env_id}); "
+        f"for a class of your own: env.id=null env.entry_point=module:Class"
+    )
     if "." in env_id and "-v" not in env_id and _is_module(env_id):
         hint = f"it is a module: for a PettingZoo environment use env=pettingzoo env.id={env_id}"
     return f"env.id: '{env_id}' is not a registered Gymnasium environment{said}; {hint}"

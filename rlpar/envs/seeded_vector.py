@@ -19,7 +19,9 @@ from gymnasium.vector.utils import batch_space
 def per_env_generators(seed, num_envs: int) -> list[np.random.Generator]:
     """Environment i's generator, as `Env.reset(seed=s)` seeds it: `seed` is a list of one seed
     per environment, or one seed s for seeds s, s + 1, ..., or None (fresh entropy)."""
-    seeds = list(seed) if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(num_envs)]
+    seeds = (
+        list(seed) if isinstance(seed, (list, tuple)) else [None if seed is None else seed + i for i in range(num_envs)]
+    )
     return [np.random.default_rng(s) for s in seeds]
 
 
@@ -38,8 +40,17 @@ class SeededCartPoleVectorEnv(gym.vector.VectorEnv):
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
         single = CartPoleEnv()
-        for name in ("gravity", "masspole", "total_mass", "length", "polemass_length", "force_mag", "tau",
-                     "theta_threshold_radians", "x_threshold"):
+        for name in (
+            "gravity",
+            "masspole",
+            "total_mass",
+            "length",
+            "polemass_length",
+            "force_mag",
+            "tau",
+            "theta_threshold_radians",
+            "x_threshold",
+        ):
             setattr(self, name, getattr(single, name))
         self.low, self.high = -0.05, 0.05  # Gymnasium's CartPole initial-state range
         self.forces = np.array([-single.force_mag, single.force_mag])  # by action
@@ -125,8 +136,9 @@ class SeededPendulumVectorEnv(gym.vector.VectorEnv):
         self.env_rngs: list[np.random.Generator] = []
 
     def _reset_env(self, i: int) -> None:
-        self.theta[i], self.theta_dot[i] = self.env_rngs[i].uniform(low=-np.array([DEFAULT_X, DEFAULT_Y]),
-                                                                     high=np.array([DEFAULT_X, DEFAULT_Y]))
+        self.theta[i], self.theta_dot[i] = self.env_rngs[i].uniform(
+            low=-np.array([DEFAULT_X, DEFAULT_Y]), high=np.array([DEFAULT_X, DEFAULT_Y])
+        )
         self.steps[i] = 0
 
     def _obs(self) -> np.ndarray:
@@ -146,7 +158,9 @@ class SeededPendulumVectorEnv(gym.vector.VectorEnv):
     def step(self, actions):
         # the action keeps its dtype (float32), as in PendulumEnv, whose arithmetic it then shapes;
         # np.minimum/np.maximum rather than np.clip (the same numbers, half the call overhead)
-        u = np.minimum(np.maximum(np.asarray(actions).reshape(self.num_envs, -1)[:, 0], -self.max_torque), self.max_torque)
+        u = np.minimum(
+            np.maximum(np.asarray(actions).reshape(self.num_envs, -1)[:, 0], -self.max_torque), self.max_torque
+        )
         th, thdot = self.theta, self.theta_dot
         costs = (((th + np.pi) % (2 * np.pi)) - np.pi) ** 2 + 0.1 * thdot**2 + 0.001 * (u**2)
         new_thdot = thdot + (3 * self.g / (2 * self.l) * np.sin(th) + 3.0 / (self.m * self.l**2) * u) * self.dt

@@ -51,12 +51,24 @@ def describe_action_space(space: gym.Space) -> ActionInfo:
     if isinstance(space, gym.spaces.MultiDiscrete):
         nvec = tuple(int(n) for n in np.asarray(space.nvec).ravel())
         starts = tuple(int(s) for s in np.broadcast_to(space.start, space.nvec.shape).ravel())
-        return ActionInfo(discrete=True, size=sum(nvec), shape=tuple(space.shape), nvec=nvec, starts=starts,
-                          env_dtype=np.dtype(space.dtype).name)
+        return ActionInfo(
+            discrete=True,
+            size=sum(nvec),
+            shape=tuple(space.shape),
+            nvec=nvec,
+            starts=starts,
+            env_dtype=np.dtype(space.dtype).name,
+        )
     if isinstance(space, gym.spaces.MultiBinary):
         bits = int(np.prod(space.shape))
-        return ActionInfo(discrete=True, size=2 * bits, shape=tuple(space.shape), nvec=(2,) * bits,
-                          starts=(0,) * bits, env_dtype=np.dtype(space.dtype).name)
+        return ActionInfo(
+            discrete=True,
+            size=2 * bits,
+            shape=tuple(space.shape),
+            nvec=(2,) * bits,
+            starts=(0,) * bits,
+            env_dtype=np.dtype(space.dtype).name,
+        )
     if isinstance(space, gym.spaces.Box):
         low = np.broadcast_to(space.low, space.shape).astype(np.float64).ravel()
         high = np.broadcast_to(space.high, space.shape).astype(np.float64).ravel()
@@ -149,8 +161,12 @@ class ObservationInfo:
     channels_last: bool = False  # an image row is ordered height, width, channels (as the env gives it)
 
     def as_kwargs(self) -> dict:
-        return {"obs_dim": self.obs_dim, "obs_dtype": self.obs_dtype, "image_shape": self.image_shape,
-                "channels_last": self.channels_last}
+        return {
+            "obs_dim": self.obs_dim,
+            "obs_dtype": self.obs_dtype,
+            "image_shape": self.image_shape,
+            "channels_last": self.channels_last,
+        }
 
 
 def is_image_space(space: gym.Space) -> TypeGuard[gym.spaces.Box]:
@@ -165,8 +181,9 @@ def describe_observation_space(space: gym.Space) -> ObservationInfo:
             return ObservationInfo(obs_dim=int(np.prod(shape)), obs_dtype="uint8", image_shape=(1, *shape))
         channels_last = shape[2] < shape[0]  # (84, 84, 4) or (96, 96, 3); (4, 84, 84) is channels first
         image_shape = (shape[2], shape[0], shape[1]) if channels_last else shape
-        return ObservationInfo(obs_dim=int(np.prod(shape)), obs_dtype="uint8", image_shape=image_shape,
-                               channels_last=channels_last)
+        return ObservationInfo(
+            obs_dim=int(np.prod(shape)), obs_dtype="uint8", image_shape=image_shape, channels_last=channels_last
+        )
     return ObservationInfo(obs_dim=observation_dim(space))
 
 

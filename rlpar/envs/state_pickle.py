@@ -43,8 +43,11 @@ def pickled_by_constructor(obj) -> bool:
     """Whether `obj` pickles as EzPickle does, only its constructor's arguments (Gymnasium's
     EzPickle, or the same class in old `gym`), and has attributes to save instead."""
     getstate = getattr(type(obj), "__getstate__", None)
-    return (getattr(getstate, "__qualname__", None) == "EzPickle.__getstate__" and hasattr(obj, "_ezpickle_args")
-            and isinstance(getattr(obj, "__dict__", None), dict))
+    return (
+        getattr(getstate, "__qualname__", None) == "EzPickle.__getstate__"
+        and hasattr(obj, "_ezpickle_args")
+        and isinstance(getattr(obj, "__dict__", None), dict)
+    )
 
 
 class EnvStatePickler(pickle.Pickler):
@@ -121,5 +124,7 @@ def state_dropped_message(name: str, problem: str) -> str:
         fix = "define the environment class at module level, not inside a function"
     else:
         fix = "make the environment's state picklable (or give it __getstate__ and __setstate__)"
-    return (f"env: {name} cannot be saved in checkpoints: {problem}. Checkpoints keep no environment state, so "
-            f"a resume starts fresh episodes; for an exact resume, {fix}")
+    return (
+        f"env: {name} cannot be saved in checkpoints: {problem}. Checkpoints keep no environment state, so "
+        f"a resume starts fresh episodes; for an exact resume, {fix}"
+    )

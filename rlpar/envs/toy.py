@@ -56,10 +56,12 @@ class DictTarget(gym.Env):
 
     def __init__(self, num_targets: int = 4, length: int = 10):
         self.num_targets, self.length = num_targets, length
-        self.observation_space = gym.spaces.Dict({
-            "target": gym.spaces.Discrete(num_targets),
-            "distractor": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
-        })
+        self.observation_space = gym.spaces.Dict(
+            {
+                "target": gym.spaces.Discrete(num_targets),
+                "distractor": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+            }
+        )
         self.action_space = gym.spaces.Discrete(num_targets)
 
     def _observe(self):
@@ -108,8 +110,12 @@ class FactoredMatch(gym.Env):
 
 
 def register_toy_envs() -> None:
-    for name, kwargs in [("PixelGridWorld", {}), ("DictTarget", {}), ("MultiDiscreteMatch", {}),
-                         ("MultiBinaryMatch", {"binary": True})]:
+    for name, kwargs in [
+        ("PixelGridWorld", {}),
+        ("DictTarget", {}),
+        ("MultiDiscreteMatch", {}),
+        ("MultiBinaryMatch", {"binary": True}),
+    ]:
         env_id = f"rlpar/{name}-v0"
         if env_id not in gym.registry:
             target = "FactoredMatch" if name.endswith("Match") else name

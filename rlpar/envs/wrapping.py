@@ -18,8 +18,10 @@ from rlpar.envs.spaces import supported_observation_space
 # The wrappers a package's own users put around its environments when their observations hold text:
 # (the environment class's top-level module, the wrappers, what each gives).
 PACKAGE_WRAPPERS = {
-    "minigrid": (("minigrid.wrappers.ImgObsWrapper", "the agent's 7x7x3 view as an image"),
-                 ("minigrid.wrappers.FlatObsWrapper", "the view and the mission as one vector")),
+    "minigrid": (
+        ("minigrid.wrappers.ImgObsWrapper", "the agent's 7x7x3 view as an image"),
+        ("minigrid.wrappers.FlatObsWrapper", "the view and the mission as one vector"),
+    ),
 }
 
 
@@ -37,8 +39,10 @@ def entry_shape_problem(index: int, entry) -> str | None:
         return None
     if isinstance(entry, Mapping) and isinstance(entry.get("_target_"), str) and entry["_target_"]:
         return None
-    return (f"env.wrappers[{index}]: expected a wrapper class by import path, such as "
-            f"gymnasium.wrappers.FlattenObservation, or {{_target_: <class>, <keyword>: <value>}}, got {entry!r}")
+    return (
+        f"env.wrappers[{index}]: expected a wrapper class by import path, such as "
+        f"gymnasium.wrappers.FlattenObservation, or {{_target_: <class>, <keyword>: <value>}}, got {entry!r}"
+    )
 
 
 def wrapper_problems(entries, import_object) -> list[str]:
@@ -52,8 +56,10 @@ def wrapper_problems(entries, import_object) -> list[str]:
             problems.append(f"env.wrappers[{index}]: cannot import '{target}' ({type(err).__name__}: {err})")
             continue
         if not (isinstance(wrapper, type) and issubclass(wrapper, gym.Wrapper)):
-            problems.append(f"env.wrappers[{index}]: '{target}' is not a gymnasium.Wrapper class (such as "
-                            f"gymnasium.wrappers.FlattenObservation or an ObservationWrapper of your own)")
+            problems.append(
+                f"env.wrappers[{index}]: '{target}' is not a gymnasium.Wrapper class (such as "
+                f"gymnasium.wrappers.FlattenObservation or an ObservationWrapper of your own)"
+            )
     return problems
 
 
@@ -78,8 +84,12 @@ def unsupported_space_hint(env: gym.Env) -> str:
     if isinstance(space, gym.spaces.Dict):
         keys = [key for key, sub in space.spaces.items() if supported_observation_space(sub)]
         if keys:
-            return (f"; keep the keys rlpar takes with env.wrappers=[{{_target_: gymnasium.wrappers.FilterObservation, "
-                    f"filter_keys: [{', '.join(map(str, keys))}]}}], or turn the others into arrays with a "
-                    f"gymnasium.ObservationWrapper of your own in env.wrappers")
-    return ("; turn them into a Box with a gymnasium.ObservationWrapper of your own: "
-            "env.wrappers=[my_module.MyObservationWrapper]")
+            return (
+                f"; keep the keys rlpar takes with env.wrappers=[{{_target_: gymnasium.wrappers.FilterObservation, "
+                f"filter_keys: [{', '.join(map(str, keys))}]}}], or turn the others into arrays with a "
+                f"gymnasium.ObservationWrapper of your own in env.wrappers"
+            )
+    return (
+        "; turn them into a Box with a gymnasium.ObservationWrapper of your own: "
+        "env.wrappers=[my_module.MyObservationWrapper]"
+    )

@@ -20,8 +20,9 @@ def meeting_point(address: str) -> socket.socket:
     return socket.create_server((address, 0), family=socket.AF_INET6 if ":" in address else socket.AF_INET)
 
 
-def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s: float,
-               listening: socket.socket | None = None) -> Collective:
+def join_group(
+    *, rank: int, world_size: int, address: str, port: int, timeout_s: float, listening: socket.socket | None = None
+) -> Collective:
     """Join (or, on rank 0, open: at `listening` where given) the gloo group that `world_size`
     learners meet in at `address:port`; every collective op then fails after `timeout_s` if a
     peer is missing."""
@@ -29,8 +30,15 @@ def join_group(*, rank: int, world_size: int, address: str, port: int, timeout_s
     if address.startswith("127."):  # gloo's pairs bind the host name's interface unless told: stay on loopback
         os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False,
-                          master_listen_fd=listening.detach() if listening is not None else None)  # the store's now
+    store = dist.TCPStore(
+        address,
+        port,
+        world_size,
+        is_master=rank == 0,
+        timeout=timeout,
+        wait_for_workers=False,
+        master_listen_fd=listening.detach() if listening is not None else None,
+    )  # the store's now
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     return Collective(rank=rank, world_size=world_size)
 
@@ -55,8 +63,10 @@ class Collective:
 
     def reduction_costs(self) -> dict:
         """What averaging gradients cost since the last call (logged by rank 0)."""
-        costs = {"time_gradient_allreduce_s": self.gradient_reduction_s,
-                 "gradient_allreduce_ms": 1000 * self.gradient_reduction_s / max(self.gradient_reductions, 1)}
+        costs = {
+            "time_gradient_allreduce_s": self.gradient_reduction_s,
+            "gradient_allreduce_ms": 1000 * self.gradient_reduction_s / max(self.gradient_reductions, 1),
+        }
         self.gradient_reductions, self.gradient_reduction_s = 0, 0.0
         return costs
 
@@ -103,8 +113,9 @@ class Collective:
         one all-reduce of count, sum and sum of squares, in float64 (exact enough for advantages,
         and one round trip per minibatch instead of two)."""
         x64 = x.detach().to(torch.float64)
-        count, total, squares = self.sum(torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64),
-                                                      x64.sum(), (x64 * x64).sum()]))
+        count, total, squares = self.sum(
+            torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64), x64.sum(), (x64 * x64).sum()])
+        )
         mean = total / count
         if count <= 1:
             return x - mean.to(x.dtype)

@@ -39,7 +39,9 @@ class LearnerRank:
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
-    def join(self, *, address: str, port: int, world_size: int, timeout_s: float, state: dict, rng: dict | None) -> None:
+    def join(
+        self, *, address: str, port: int, world_size: int, timeout_s: float, state: dict, rng: dict | None
+    ) -> None:
         """Take rank 0's state, this rank's random state (fresh from the seed and rank when none
         was kept), and meet the others."""
         self.algorithm.load_state_dict(state)
@@ -57,8 +59,10 @@ class LearnerRank:
 
 
 def fresh_rank_rng(seed: int, rank: int) -> dict:
-    return {"numpy": np.random.default_rng([seed, 7, rank]).bit_generator.state,
-            "torch": torch.Generator().manual_seed(seed * 1000 + rank).get_state()}
+    return {
+        "numpy": np.random.default_rng([seed, 7, rank]).bit_generator.state,
+        "torch": torch.Generator().manual_seed(seed * 1000 + rank).get_state(),
+    }
 
 
 def rank_rng(algorithm) -> dict:
@@ -77,8 +81,19 @@ def set_rank_rng(algorithm, state: dict) -> None:
 class LearnerGroup:
     """Ranks 1..N-1 of the group, started on a Ray cluster; rank 0 is the algorithm handed to `learn`."""
 
-    def __init__(self, *, ray, make_algorithm, world_size: int, seed: int, cpus_per_learner: float,
-                 torch_threads: int, timeout_s: float, max_restarts: int, log=print):
+    def __init__(
+        self,
+        *,
+        ray,
+        make_algorithm,
+        world_size: int,
+        seed: int,
+        cpus_per_learner: float,
+        torch_threads: int,
+        timeout_s: float,
+        max_restarts: int,
+        log=print,
+    ):
         self.ray, self.make_algorithm, self.world_size, self.seed = ray, make_algorithm, world_size, seed
         self.cpus_per_learner, self.torch_threads = cpus_per_learner, torch_threads
         self.timeout_s, self.max_restarts, self.log = timeout_s, max_restarts, log
@@ -101,8 +116,10 @@ class LearnerGroup:
         driver_node = ray.get_runtime_context().get_node_id()
         self.refuse_if_the_cluster_cannot_hold_the_group(driver_node)
         self.placement = placement_group(
-            [{"CPU": self.cpus_per_learner}] * self.world_size, strategy="SPREAD",
-            bundle_label_selector=[{"ray.io/node-id": driver_node}] + [{}] * (self.world_size - 1))
+            [{"CPU": self.cpus_per_learner}] * self.world_size,
+            strategy="SPREAD",
+            bundle_label_selector=[{"ray.io/node-id": driver_node}] + [{}] * (self.world_size - 1),
+        )
         try:
             ray.get(self.placement.ready(), timeout=PLACEMENT_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
@@ -110,19 +127,28 @@ class LearnerGroup:
             raise LearnerGroupError(
                 f"learners={self.world_size}: the Ray cluster found no room for {self.world_size} bundles of "
                 f"{self.cpus_per_learner} CPU in {PLACEMENT_TIMEOUT_S} s (ray.cpus_per_learner; free: "
-                f"{ray.available_resources().get('CPU', 0):g} CPU)") from None
+                f"{ray.available_resources().get('CPU', 0):g} CPU)"
+            ) from None
         rank_cls = ray.remote(LearnerRank)
         self.actors = [
-            rank_cls.options(num_cpus=self.cpus_per_learner, max_restarts=0, enable_task_events=False,
-                             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                 placement_group=self.placement, placement_group_bundle_index=rank)).remote(
-                make_algorithm=self.make_algorithm, rank=rank, seed=self.seed, torch_threads=self.torch_threads)
-            for rank in range(1, self.world_size)]
-        self.locations = [(driver_node, os.getpid())] + ray.get([a.location.remote() for a in self.actors],
-                                                                timeout=PLACEMENT_TIMEOUT_S)
+            rank_cls.options(
+                num_cpus=self.cpus_per_learner,
+                max_restarts=0,
+                enable_task_events=False,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self.placement, placement_group_bundle_index=rank
+                ),
+            ).remote(make_algorithm=self.make_algorithm, rank=rank, seed=self.seed, torch_threads=self.torch_threads)
+            for rank in range(1, self.world_size)
+        ]
+        self.locations = [(driver_node, os.getpid())] + ray.get(
+            [a.location.remote() for a in self.actors], timeout=PLACEMENT_TIMEOUT_S
+        )
         nodes = len({node for node, _ in self.locations})
-        self.log(f"learners: {self.world_size} ranks on {nodes} node(s), pids "
-                 + ", ".join(str(pid) for _, pid in self.locations))
+        self.log(
+            f"learners: {self.world_size} ranks on {nodes} node(s), pids "
+            + ", ".join(str(pid) for _, pid in self.locations)
+        )
         self.joined = False
 
     def refuse_if_the_cluster_cannot_hold_the_group(self, driver_node: str) -> None:
@@ -136,7 +162,8 @@ class LearnerGroup:
             f"learners={self.world_size}: the Ray cluster ({sum(nodes.values()):g} CPU on {len(nodes)} node(s), "
             f"{nodes.get(driver_node, 0):g} on this one) can hold at most {sum(bundles.values())} bundles of "
             f"{self.cpus_per_learner:g} CPU (ray.cpus_per_learner), one of them here; use fewer learners or a "
-            f"smaller ray.cpus_per_learner")
+            f"smaller ray.cpus_per_learner"
+        )
 
     def join(self, algorithm) -> None:
         """Every rank meets rank 0 (this process) at a free port of this node, with rank 0's state."""
@@ -144,11 +171,25 @@ class LearnerGroup:
         listening = meeting_point(address)
         port = listening.getsockname()[1]
         state = self.ray.put(algorithm.learner_state())
-        rngs = self.rank_rngs if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors) else [None] * len(self.actors)
-        refs = [actor.join.remote(address=address, port=port, world_size=self.world_size, timeout_s=self.timeout_s,
-                                  state=state, rng=rng) for actor, rng in zip(self.actors, rngs)]
-        collective = join_group(rank=0, world_size=self.world_size, address=address, port=port,
-                                timeout_s=self.timeout_s, listening=listening)
+        rngs = (
+            self.rank_rngs
+            if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors)
+            else [None] * len(self.actors)
+        )
+        refs = [
+            actor.join.remote(
+                address=address, port=port, world_size=self.world_size, timeout_s=self.timeout_s, state=state, rng=rng
+            )
+            for actor, rng in zip(self.actors, rngs)
+        ]
+        collective = join_group(
+            rank=0,
+            world_size=self.world_size,
+            address=address,
+            port=port,
+            timeout_s=self.timeout_s,
+            listening=listening,
+        )
         algorithm.join_learner_group(collective)
         self.ray.get(refs, timeout=self.timeout_s)
         self.joined = True
@@ -187,7 +228,7 @@ class LearnerGroup:
                 self.consecutive_failures = 0
                 return {**stats, **algorithm.collective.reduction_costs()}
             except (NonFiniteLossError, LearnerGroupError):  # the run's own stop (the same gradient on every
-                raise                                          # rank), or a cluster without room: not a lost rank
+                raise  # rank), or a cluster without room: not a lost rank
             except (RuntimeError, self.ray.exceptions.RayError) as err:  # gloo's errors are RuntimeErrors
                 self.recover(algorithm, before, err)
 
@@ -201,8 +242,11 @@ class LearnerGroup:
         algorithm.leave_learner_group()
         algorithm.load_state_dict(before)
         if self.consecutive_failures > self.max_restarts:
-            raise LearnerGroupError(f"learners={self.world_size}: the learner group failed {self.consecutive_failures} "
-                                    f"times in a row; stopping (last: {cause})")
-        self.log(f"learners: a rank was lost ({cause}); restarting the group from rank 0's weights "
-                 f"(restart {self.restarts})")
+            raise LearnerGroupError(
+                f"learners={self.world_size}: the learner group failed {self.consecutive_failures} "
+                f"times in a row; stopping (last: {cause})"
+            )
+        self.log(
+            f"learners: a rank was lost ({cause}); restarting the group from rank 0's weights (restart {self.restarts})"
+        )
         time.sleep(min(self.consecutive_failures, 5))

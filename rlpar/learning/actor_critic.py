@@ -19,8 +19,8 @@ ADVANTAGES = ("nstep", "gae")
 @dataclass(frozen=True)
 class ActorCriticLoss:
     gamma: float = 0.99
-    advantage: str = "nstep"        # nstep | gae
-    n_steps: int | None = None      # nstep: None means up to the end of the rollout (classic A2C)
+    advantage: str = "nstep"  # nstep | gae
+    n_steps: int | None = None  # nstep: None means up to the end of the rollout (classic A2C)
     gae_lambda: float = 1.0
     value_coef: float = 0.5
     entropy_coef: float = 0.01
@@ -42,8 +42,14 @@ class ActorCriticLoss:
     def inputs(self, batch, advantages, returns, device, recurrent: bool = False) -> dict:
         """The loss's tensors: the rollout's valid steps only; for a recurrent model, the whole
         rollout as one sequence per environment, unrolled from the state stored at its start."""
-        return step_tensors({"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns},
-                            valid=batch.valid, states=batch.states, length=None, device=device, recurrent=recurrent)
+        return step_tensors(
+            {"obs": batch.obs, "actions": batch.actions, "advantages": advantages, "returns": returns},
+            valid=batch.valid,
+            states=batch.states,
+            length=None,
+            device=device,
+            recurrent=recurrent,
+        )
 
     def loss(self, models: dict, batch, rewards):
         """A gradient worker's view: (the loss on this rollout, its parts and the critic's
@@ -53,16 +59,21 @@ class ActorCriticLoss:
         loss, parts = self(model, **self.inputs(batch, advantages, returns, "cpu", recurrent=model.recurrent))
         keep = batch.valid.reshape(-1)
         loss_policy, loss_value, loss_entropy = parts.tolist()
-        return loss, {"loss_policy": loss_policy, "loss_value": loss_value, "loss_entropy": loss_entropy,
-                      "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])}
+        return loss, {
+            "loss_policy": loss_policy,
+            "loss_value": loss_value,
+            "loss_entropy": loss_entropy,
+            "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep]),
+        }
 
     def __call__(self, model, obs, actions, advantages, returns, initial_state=None, valid=None):
         """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x
         value regression - entropy_coef x entropy. A recurrent model's inputs are pieces of
         sequences ([L, P] arrays, `initial_state` and `valid`: rlpar.learning.sequences), the
         loss over their valid steps."""
-        logp, entropy, values = evaluate_steps(model, {"obs": obs, "actions": actions, "initial_state": initial_state,
-                                                       "valid": valid})
+        logp, entropy, values = evaluate_steps(
+            model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
+        )
         advantages, returns = valid_steps(advantages, valid), valid_steps(returns, valid)
         if self.normalize_advantages:
             advantages = normalize(advantages)

@@ -23,8 +23,12 @@ def advantage_inputs(batch: Batch, rewards: np.ndarray) -> dict:
     """The keyword arguments every advantage estimator (rlpar.learning.gae, nstep) takes from a
     batch, with the rewards the losses see (`Algorithm.learning_rewards`)."""
     return {
-        "rewards": rewards, "values": batch.values, "bootstrap_value": batch.bootstrap_value,
-        "terminated": batch.terminated, "truncated": batch.truncated, "valid": batch.valid,
+        "rewards": rewards,
+        "values": batch.values,
+        "bootstrap_value": batch.bootstrap_value,
+        "terminated": batch.terminated,
+        "truncated": batch.truncated,
+        "valid": batch.valid,
     }
 
 
@@ -50,8 +54,10 @@ def vtrace_inputs(model, batch: Batch, rewards: np.ndarray, device):
             bootstrap = model.towers(torch.as_tensor(batch.last_obs, device=device))[1]
     inputs = {
         **advantage_inputs(batch, rewards),
-        "values": values.detach().cpu().numpy().reshape(T, N), "bootstrap_value": bootstrap.cpu().numpy(),
-        "behaviour_logp": batch.logp, "target_logp": logp.detach().cpu().numpy().reshape(T, N),
+        "values": values.detach().cpu().numpy().reshape(T, N),
+        "bootstrap_value": bootstrap.cpu().numpy(),
+        "behaviour_logp": batch.logp,
+        "target_logp": logp.detach().cpu().numpy().reshape(T, N),
     }
     return inputs, logp, entropy, values
 
@@ -64,10 +70,13 @@ def recurrent_rollout_terms(model, batch: Batch, device):
     T, N = batch.rewards.shape
     assert batch.states is not None  # a recurrent policy's rollout holds its states
     valid = torch.as_tensor(batch.valid, device=device)
-    out, values, final_state = model.sequence_outputs(torch.as_tensor(batch.obs, device=device),
-                                                      torch.as_tensor(batch.states[0], device=device), valid)
+    out, values, final_state = model.sequence_outputs(
+        torch.as_tensor(batch.obs, device=device), torch.as_tensor(batch.states[0], device=device), valid
+    )
     actions = torch.as_tensor(batch.actions.reshape((T * N,) + batch.actions.shape[2:]), device=device)
     logp, entropy, values = model.action_terms(out.reshape(T * N, -1), values.reshape(-1), actions, True)
     with torch.no_grad():
-        _, bootstrap = model.outputs_after(torch.as_tensor(batch.last_obs, device=device), final_state.detach(), valid[-1])
+        _, bootstrap = model.outputs_after(
+            torch.as_tensor(batch.last_obs, device=device), final_state.detach(), valid[-1]
+        )
     return logp, entropy, values, bootstrap

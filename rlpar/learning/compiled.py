@@ -55,8 +55,14 @@ FAILURE_CHARS = 16_000  # of a failed compile's message (a compiler's output), k
 log = logging.getLogger("rlpar")
 
 
-def compile_setting(setting: str | bool, *, expected_gradient_steps: int, precision: str = "fp32",
-                    recurrent: bool = False, images: bool = False) -> bool:
+def compile_setting(
+    setting: str | bool,
+    *,
+    expected_gradient_steps: int,
+    precision: str = "fp32",
+    recurrent: bool = False,
+    images: bool = False,
+) -> bool:
     """Whether to compile: `true`, `false`, or `auto` (by the run's expected gradient steps);
     never with a precision other than fp32 (see above), nor for a recurrent model, whose steps
     unroll a loop over a sequence of varying valid steps."""
@@ -72,8 +78,16 @@ def torch_compile(fn, *, dynamic: bool = False):
     return torch.compile(fn, dynamic=dynamic)
 
 
-def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compiled: bool, dynamic: bool = False,
-                  unroll: int = 1, switch: int | str = COMPILE_SWITCH_STEP):
+def gradient_step(
+    loss_fn,
+    *,
+    model: torch.nn.Module,
+    guard: GuardedStep,
+    compiled: bool,
+    dynamic: bool = False,
+    unroll: int = 1,
+    switch: int | str = COMPILE_SWITCH_STEP,
+):
     """One gradient step on a minibatch, returning the detached outputs of
     `loss_fn(**minibatch) -> (loss, *parts)`: eager; or compiled whole (Adam); or, with
     other optimisers, with the loss compiled. `dynamic`: minibatch sizes vary. `switch`: the
@@ -82,8 +96,15 @@ def gradient_step(loss_fn, *, model: torch.nn.Module, guard: GuardedStep, compil
         return EagerStep(loss_fn, guard=guard)
     if _plain_adam(guard.optimizer):
         return CompiledStep(loss_fn, model=model, guard=guard, dynamic=dynamic, unroll=unroll, switch=switch)
-    return EagerStep(_WarmLoss(loss_fn, dynamic=dynamic, device=next(model.parameters()).device,
-                               switch=CompileSwitch(switch, optimizer=guard.optimizer)), guard=guard)
+    return EagerStep(
+        _WarmLoss(
+            loss_fn,
+            dynamic=dynamic,
+            device=next(model.parameters()).device,
+            switch=CompileSwitch(switch, optimizer=guard.optimizer),
+        ),
+        guard=guard,
+    )
 
 
 def optimizer_steps(optimizer) -> int:
@@ -99,8 +120,13 @@ def _plain_adam(optimizer) -> bool:
     if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1:
         return False
     group = optimizer.param_groups[0]
-    return (group["weight_decay"] == 0 and not group["amsgrad"] and not group["maximize"]
-            and not group.get("decoupled_weight_decay", False) and all(p in optimizer.state for p in group["params"]))
+    return (
+        group["weight_decay"] == 0
+        and not group["amsgrad"]
+        and not group["maximize"]
+        and not group.get("decoupled_weight_decay", False)
+        and all(p in optimizer.state for p in group["params"])
+    )
 
 
 class CompileSwitch:
@@ -123,9 +149,11 @@ class CompileSwitch:
         if self.at == WHEN_READY:
             if not CompileSwitch.said_not_reproducible:
                 CompileSwitch.said_not_reproducible = True
-                log.warning("algo.compile_switch=ready: the learner takes its compiled step as soon as it is compiled, "
-                            "a moment that varies, so runs of one seed differ (a gradient step, the default, keeps "
-                            "them the same)")
+                log.warning(
+                    "algo.compile_switch=ready: the learner takes its compiled step as soon as it is compiled, "
+                    "a moment that varies, so runs of one seed differ (a gradient step, the default, keeps "
+                    "them the same)"
+                )
             return warm.ready(args, kwargs)
         if self.reached is None:
             steps = optimizer_steps(self.optimizer)
@@ -139,8 +167,12 @@ class CompileSwitch:
             if not warm.ready(args, kwargs, wait=True, step=self.reached):
                 return False  # its compile failed: eager for the rest of the run
             warm.in_use = True
-            log.info("the learner's step is compiled from gradient step %d (waited %.1f s for its compile)",
-                     self.reached, time.monotonic() - since, extra=FILE_ONLY)
+            log.info(
+                "the learner's step is compiled from gradient step %d (waited %.1f s for its compile)",
+                self.reached,
+                time.monotonic() - since,
+                extra=FILE_ONLY,
+            )
         return True
 
 
@@ -194,8 +226,11 @@ class WarmCompile:
     def say_waiting(cls, step: int) -> None:
         if not cls.said_waiting:
             cls.said_waiting = True
-            print(f"rlpar: gradient step {step:,}: waiting for the learner's compile to take over (algo.compile_switch; "
-                  f"tens of seconds once per machine and shape, while the compile cache is cold)", flush=True)
+            print(
+                f"rlpar: gradient step {step:,}: waiting for the learner's compile to take over (algo.compile_switch; "
+                f"tens of seconds once per machine and shape, while the compile cache is cold)",
+                flush=True,
+            )
 
     def _poll(self, *, wait: bool, step: int) -> None:
         assert self.child is not None  # polled while warming, when a child runs
@@ -210,8 +245,12 @@ class WarmCompile:
             self.state = "ready"
         else:
             self.state = "failed"
-            print(f"rlpar: the compile failed in its warm-up process ({first_line(outcome)}); the learner stays "
-                  f"eager (the compiler's message is in main.log)", file=sys.stderr, flush=True)
+            print(
+                f"rlpar: the compile failed in its warm-up process ({first_line(outcome)}); the learner stays "
+                f"eager (the compiler's message is in main.log)",
+                file=sys.stderr,
+                flush=True,
+            )
             log.info("the compile failed in its warm-up process:\n%s", outcome, extra=FILE_ONLY)
 
 
@@ -395,8 +434,16 @@ class CompiledStep:
     """Forward, loss, backward (torch.func), global-norm clipping and Adam (the update of
     `torch.optim.Adam`, on that optimiser's own state tensors), as one compiled graph."""
 
-    def __init__(self, loss_fn, *, model: torch.nn.Module, guard: GuardedStep, dynamic: bool = False, unroll: int = 1,
-                 switch: int | str = COMPILE_SWITCH_STEP):
+    def __init__(
+        self,
+        loss_fn,
+        *,
+        model: torch.nn.Module,
+        guard: GuardedStep,
+        dynamic: bool = False,
+        unroll: int = 1,
+        switch: int | str = COMPILE_SWITCH_STEP,
+    ):
         self.guard, self.optimizer = guard, guard.optimizer
         # constants of the graph (read outside it: the group's lr changes between steps)
         self.betas, self.eps = guard.optimizer.param_groups[0]["betas"], guard.optimizer.param_groups[0]["eps"]
@@ -442,8 +489,10 @@ class CompiledStep:
 
     def _steps(self, params, exp_avgs, exp_avg_sqs, steps, lr, max_norm: float, minibatches: dict):
         """`_step` on each of `minibatches` (tensors with a leading dimension of `unroll`), in turn."""
-        results = [self._step(params, exp_avgs, exp_avg_sqs, steps, lr, max_norm, _one(minibatches, j))
-                   for j in range(_count(minibatches))]
+        results = [
+            self._step(params, exp_avgs, exp_avg_sqs, steps, lr, max_norm, _one(minibatches, j))
+            for j in range(_count(minibatches))
+        ]
         outputs = tuple(torch.stack(parts) for parts in zip(*(r[0] for r in results)))
         return outputs, torch.stack([r[1] for r in results])
 

@@ -23,8 +23,18 @@ VERSION, ENV_STEPS = 0, 1
 
 
 class SharedParameters:
-    def __init__(self, *, model, optimizer, learning_rate, total_steps: int, max_grad_norm: float,
-                 max_consecutive_nonfinite: int, target_update_every: int | None = None, state: dict | None = None):
+    def __init__(
+        self,
+        *,
+        model,
+        optimizer,
+        learning_rate,
+        total_steps: int,
+        max_grad_norm: float,
+        max_consecutive_nonfinite: int,
+        target_update_every: int | None = None,
+        state: dict | None = None,
+    ):
         """`model` and `optimizer` are the learner's: moved into shared memory in place (a target
         network too, with `target_update_every`, refreshed by whichever worker's update crosses
         a multiple); `state`: what `state()` returned, loaded first (a resume: the optimiser's
@@ -58,13 +68,22 @@ class SharedParameters:
 
     def apply(self, gradients, version: int, env_steps: int, obs_moments=None) -> dict:
         if self.step is None:
-            self.step = GuardedStep(parameters=list(self.model.parameters()), optimizer=self.optimizer,
-                                    max_grad_norm=self.max_grad_norm,
-                                    max_consecutive_nonfinite=self.max_consecutive_nonfinite)
+            self.step = GuardedStep(
+                parameters=list(self.model.parameters()),
+                optimizer=self.optimizer,
+                max_grad_norm=self.max_grad_norm,
+                max_consecutive_nonfinite=self.max_consecutive_nonfinite,
+            )
         staleness = self.version - version
-        apply_gradient(self.step, gradients, model=self.model, learning_rate=self.learning_rate,
-                       steps_seen=int(self.counters[ENV_STEPS]) + env_steps, total_steps=self.total_steps,
-                       obs_moments=obs_moments)
+        apply_gradient(
+            self.step,
+            gradients,
+            model=self.model,
+            learning_rate=self.learning_rate,
+            steps_seen=int(self.counters[ENV_STEPS]) + env_steps,
+            total_steps=self.total_steps,
+            obs_moments=obs_moments,
+        )
         self.counters += torch.tensor([1, env_steps])
         if self.target is not None:
             self.target.refresh(self.version)
@@ -72,8 +91,12 @@ class SharedParameters:
 
     def state(self) -> dict:
         """Weights, optimiser state and counters (read while workers may be writing them)."""
-        return {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer),
-                "version": int(self.counters[VERSION]), "env_steps": int(self.counters[ENV_STEPS])}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": optimizer_state(self.optimizer),
+            "version": int(self.counters[VERSION]),
+            "env_steps": int(self.counters[ENV_STEPS]),
+        }
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "step": None}

@@ -35,13 +35,18 @@ class NStepQLoss:
             if target.recurrent:
                 q, final_state = rollout_q(target, batch)
                 best = q.max(dim=2).values
-                (last_q,) = target.outputs_after(torch.as_tensor(batch.last_obs), final_state, torch.as_tensor(batch.valid[-1]))
+                (last_q,) = target.outputs_after(
+                    torch.as_tensor(batch.last_obs), final_state, torch.as_tensor(batch.valid[-1])
+                )
                 bootstrap = last_q.max(dim=1).values
             else:
                 best = target(torch.as_tensor(batch.obs.reshape(T * N, -1))).max(dim=1).values
                 bootstrap = target(torch.as_tensor(batch.last_obs)).max(dim=1).values
-        inputs = {**advantage_inputs(batch, rewards), "values": best.numpy().reshape(T, N),
-                  "bootstrap_value": bootstrap.numpy()}
+        inputs = {
+            **advantage_inputs(batch, rewards),
+            "values": best.numpy().reshape(T, N),
+            "bootstrap_value": bootstrap.numpy(),
+        }
         return compute_nstep_returns(**inputs, gamma=self.gamma, n_steps=self.n_steps or T)[1]
 
     def loss(self, models: dict, batch, rewards):
@@ -55,11 +60,13 @@ class NStepQLoss:
         q_taken = q.gather(1, data["actions"].unsqueeze(1)).squeeze(1)
         td_errors = data["returns"] - q_taken
         loss = weighted_huber(td_errors, torch.ones_like(td_errors))
-        return loss, {"loss_q": float(loss.detach()), "td_error_mean": float(td_errors.detach().abs().mean()),
-                      "q_mean": float(q_taken.detach().mean())}
+        return loss, {
+            "loss_q": float(loss.detach()),
+            "td_error_mean": float(td_errors.detach().abs().mean()),
+            "q_mean": float(q_taken.detach().mean()),
+        }
 
 
 def rollout_q(model, batch):
     """A recurrent Q-network's values [T, N, A] of a rollout's steps and its final state [N, S]."""
-    return model.q_sequence(torch.as_tensor(batch.obs), torch.as_tensor(batch.states[0]),
-                            torch.as_tensor(batch.valid))
+    return model.q_sequence(torch.as_tensor(batch.obs), torch.as_tensor(batch.states[0]), torch.as_tensor(batch.valid))

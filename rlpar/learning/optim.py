@@ -18,9 +18,11 @@ def adam(parameters, *, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """torch's fused Adam, its state (step, exp_avg, exp_avg_sq) created now rather than at the first step."""
     optimizer = torch.optim.Adam(parameters, lr=lr, eps=eps, fused=True)
     for p in optimizer.param_groups[0]["params"]:
-        optimizer.state[p] = {"step": torch.zeros((), dtype=torch.float32, device=p.device),  # as fused Adam's own
-                              "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                              "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+        optimizer.state[p] = {
+            "step": torch.zeros((), dtype=torch.float32, device=p.device),  # as fused Adam's own
+            "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+            "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+        }
     return optimizer
 
 
@@ -48,9 +50,13 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
         count = len(optimizer.param_groups[0]["params"])
         if any(len(state[name]) != count for name in ("exp_avg", "exp_avg_sq", "step")):
             raise ValueError(f"the checkpoint's Adam state has {len(state['exp_avg'])} tensors; this model has {count}")
-        state = {"state": {i: {"step": state["step"][i], "exp_avg": state["exp_avg"][i],
-                               "exp_avg_sq": state["exp_avg_sq"][i]} for i in range(count)},
-                 "param_groups": [{**group, "lr": state["lr"], "params": list(range(count))}]}
+        state = {
+            "state": {
+                i: {"step": state["step"][i], "exp_avg": state["exp_avg"][i], "exp_avg_sq": state["exp_avg_sq"][i]}
+                for i in range(count)
+            },
+            "param_groups": [{**group, "lr": state["lr"], "params": list(range(count))}],
+        }
     optimizer.load_state_dict(state)
 
 

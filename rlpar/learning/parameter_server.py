@@ -19,9 +19,19 @@ from rlpar.learning.step import GuardedStep, LearningRate
 
 
 class ParameterServer:
-    def __init__(self, *, policy_spec, optimizer: dict, learning_rate: LearningRate, total_steps: int,
-                 max_grad_norm: float, max_consecutive_nonfinite: int, seed: int, state: dict | None = None,
-                 target_update_every: int | None = None):
+    def __init__(
+        self,
+        *,
+        policy_spec,
+        optimizer: dict,
+        learning_rate: LearningRate,
+        total_steps: int,
+        max_grad_norm: float,
+        max_consecutive_nonfinite: int,
+        seed: int,
+        state: dict | None = None,
+        target_update_every: int | None = None,
+    ):
         """`optimizer`: build_optimizer's keywords; `state`: what `state()` returned (a restart);
         `target_update_every`: keep a target network, a hard copy every so many gradients
         (asynchronous n-step Q-learning), handed out with the weights as `target.<name>`."""
@@ -30,8 +40,12 @@ class ParameterServer:
         self.model = policy_spec.build()
         self.parameters = list(self.model.parameters())
         self.optimizer = build_optimizer(self.parameters, **optimizer)
-        self.step = GuardedStep(parameters=self.parameters, optimizer=self.optimizer, max_grad_norm=max_grad_norm,
-                                max_consecutive_nonfinite=max_consecutive_nonfinite)
+        self.step = GuardedStep(
+            parameters=self.parameters,
+            optimizer=self.optimizer,
+            max_grad_norm=max_grad_norm,
+            max_consecutive_nonfinite=max_consecutive_nonfinite,
+        )
         self.learning_rate, self.total_steps = learning_rate, total_steps
         self.target = TargetNetwork(self.model, target_update_every) if target_update_every else None
         self.version = 0
@@ -44,22 +58,38 @@ class ParameterServer:
         newest weights, their version, and how stale the gradient was."""
         staleness = self.version - version
         self.env_steps += env_steps
-        apply_gradient(self.step, gradients, model=self.model, learning_rate=self.learning_rate,
-                       steps_seen=self.env_steps, total_steps=self.total_steps, obs_moments=obs_moments)
+        apply_gradient(
+            self.step,
+            gradients,
+            model=self.model,
+            learning_rate=self.learning_rate,
+            steps_seen=self.env_steps,
+            total_steps=self.total_steps,
+            obs_moments=obs_moments,
+        )
         self.version += 1
         if self.target is not None:
             self.target.refresh(self.version)
         weights, version = self.weights()
-        return {"weights": weights, "version": version, "staleness": staleness,
-                "nonfinite_updates": self.step.nonfinite_updates}
+        return {
+            "weights": weights,
+            "version": version,
+            "staleness": staleness,
+            "nonfinite_updates": self.step.nonfinite_updates,
+        }
 
     def weights(self) -> tuple[dict, int]:
         return numpy_weights(self.model, self.target), self.version
 
     def state(self) -> dict:
         """What a restarted server needs to go on: weights, optimiser state and counters."""
-        state = {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer),
-                 "version": self.version, "env_steps": self.env_steps, "nonfinite_updates": self.step.nonfinite_updates}
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": optimizer_state(self.optimizer),
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "nonfinite_updates": self.step.nonfinite_updates,
+        }
         if self.target is not None:
             state["target"] = self.target.model.state_dict()
         return state
@@ -73,8 +103,16 @@ class ParameterServer:
             self.target.model.load_state_dict(state["target"])
 
 
-def apply_gradient(step: GuardedStep, gradients, *, model, learning_rate: LearningRate, steps_seen: int,
-                   total_steps: int, obs_moments=None) -> None:
+def apply_gradient(
+    step: GuardedStep,
+    gradients,
+    *,
+    model,
+    learning_rate: LearningRate,
+    steps_seen: int,
+    total_steps: int,
+    obs_moments=None,
+) -> None:
     """One worker's gradient (one array per parameter, in order) on a server's model: the lr for
     `steps_seen`, the guarded step (clipped; skipped if not finite), then the observation
     statistics of the rollout behind it."""

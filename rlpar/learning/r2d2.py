@@ -81,8 +81,23 @@ def masked_weighted_huber(td_errors: torch.Tensor, weights: torch.Tensor, mask: 
     return weighted_huber(td_errors, per_step) * mask.shape[0]
 
 
-def sequence_q_loss(*, model, target_model, obs, actions, rewards, terminated, mask, initial_state, weights,
-                    burn_in: int, n: int, gamma: float, double_q: bool = True, value_rescaling: bool = False):
+def sequence_q_loss(
+    *,
+    model,
+    target_model,
+    obs,
+    actions,
+    rewards,
+    terminated,
+    mask,
+    initial_state,
+    weights,
+    burn_in: int,
+    n: int,
+    gamma: float,
+    double_q: bool = True,
+    value_rescaling: bool = False,
+):
     """R2D2's loss on a minibatch of stored sequences (row-major [B, L (+ 1), ...], as replay
     keeps them): both networks unroll the burn-in from the stored state without gradient, then
     the trained part (the online one with gradient); n-step double-Q targets over the trained
@@ -111,9 +126,15 @@ def sequence_q_loss(*, model, target_model, obs, actions, rewards, terminated, m
     trained = mask[burn_in:]
     discounts = gamma * (~terminated[burn_in:]).to(q.dtype)
     with torch.no_grad():
-        targets = sequence_targets(q_target=q_target, q_online=q.detach() if double_q else None,
-                                   rewards=rewards[burn_in:], discounts=discounts, real=trained, n=n,
-                                   value_rescaling=value_rescaling)
+        targets = sequence_targets(
+            q_target=q_target,
+            q_online=q.detach() if double_q else None,
+            rewards=rewards[burn_in:],
+            discounts=discounts,
+            real=trained,
+            n=n,
+            value_rescaling=value_rescaling,
+        )
     q_taken = q[:-1].gather(-1, actions[burn_in:].unsqueeze(-1)).squeeze(-1)
     td_errors = torch.where(trained, targets - q_taken, torch.zeros_like(q_taken))
     loss = masked_weighted_huber(td_errors, weights, trained)

@@ -33,12 +33,14 @@ class RewardNormalizer:
         if len(env_ids) and env_ids.max() >= len(self.discounted):
             self.discounted = np.concatenate([self.discounted, np.zeros(env_ids.max() + 1 - len(self.discounted))])
         for columns in rounds_of_distinct_envs(env_ids):
-            returns[:, columns] = self._follow(rewards[:, columns], env_ids[columns], terminated[:, columns],
-                                               truncated[:, columns], valid[:, columns])
+            returns[:, columns] = self._follow(
+                rewards[:, columns], env_ids[columns], terminated[:, columns], truncated[:, columns], valid[:, columns]
+            )
         steps = returns[valid]
         if steps.size:
-            self.mean, self.var, self.count = merge_moments(self.mean, self.var, self.count,
-                                                            float(steps.mean()), float(steps.var()), steps.size)
+            self.mean, self.var, self.count = merge_moments(
+                self.mean, self.var, self.count, float(steps.mean()), float(steps.var()), steps.size
+            )
         scale = 1.0 / np.sqrt(self.var + self.epsilon)
         return np.clip(rewards * scale, -self.clip, self.clip).astype(np.float32)
 
@@ -56,8 +58,12 @@ class RewardNormalizer:
     def state_dict(self) -> dict:
         """Tensors and floats, for checkpoints read with weights_only."""
         # Python floats: merge_moments hands back numpy scalars, which weights_only refuses to load
-        return {"discounted": torch.from_numpy(self.discounted.copy()), "mean": float(self.mean),
-                "var": float(self.var), "count": float(self.count)}
+        return {
+            "discounted": torch.from_numpy(self.discounted.copy()),
+            "mean": float(self.mean),
+            "var": float(self.var),
+            "count": float(self.count),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.discounted = state["discounted"].numpy().astype(np.float64)

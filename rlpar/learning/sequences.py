@@ -44,12 +44,15 @@ def cut_pieces(arrays: dict, *, states: np.ndarray, valid: np.ndarray, length: i
 
 def piece_tensors(arrays: dict, *, states: np.ndarray, valid: np.ndarray, length: int | None, device) -> dict:
     """`cut_pieces` as tensors on `device`: what a recurrent learner's minibatches are taken from."""
-    return {name: torch.as_tensor(a, device=device)
-            for name, a in cut_pieces(arrays, states=states, valid=valid, length=length).items()}
+    return {
+        name: torch.as_tensor(a, device=device)
+        for name, a in cut_pieces(arrays, states=states, valid=valid, length=length).items()
+    }
 
 
-def step_tensors(arrays: dict, *, valid: np.ndarray, states: np.ndarray | None, length: int | None, device,
-                 recurrent: bool) -> dict:
+def step_tensors(
+    arrays: dict, *, valid: np.ndarray, states: np.ndarray | None, length: int | None, device, recurrent: bool
+) -> dict:
     """Time-major [T, E] arrays as what losses take: a feed-forward model's flat valid steps; a
     recurrent model's [L, P] pieces of `length` steps (None: whole rollouts) with their `valid`
     steps and stored `initial_state`."""
@@ -80,7 +83,7 @@ def minibatches(data: dict, order: torch.Tensor, *, size: int, count: int | None
     if "valid" in data:
         pieces, per = data["valid"].shape[1], pieces_per_minibatch(data["valid"], size)
         for first in range(0, pieces - per + 1, per):
-            yield {k: v[None] for k, v in take_pieces(data, order[first:first + per]).items()}
+            yield {k: v[None] for k, v in take_pieces(data, order[first : first + per]).items()}
         return
     size = min(size, len(order))
     count = len(order) // size if count is None else count
@@ -96,8 +99,13 @@ def evaluate_steps(model, data: dict, *, with_entropy: bool = True):
     time-major (as `valid_steps` takes the other arrays)."""
     if not model.recurrent:
         return model.evaluate_actions(data["obs"], data["actions"], with_entropy=with_entropy)
-    return model.evaluate_actions(data["obs"], data["actions"], with_entropy=with_entropy,
-                                  initial_state=data["initial_state"], valid=data["valid"])
+    return model.evaluate_actions(
+        data["obs"],
+        data["actions"],
+        with_entropy=with_entropy,
+        initial_state=data["initial_state"],
+        valid=data["valid"],
+    )
 
 
 def valid_steps(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
@@ -111,6 +119,9 @@ def sequence_stats(valid: torch.Tensor) -> dict:
     the share of padding and autoreset steps, and the episode starts inside a piece (states
     zeroed mid-piece), per piece."""
     length, count = valid.shape
-    return {"sequence_pieces": count, "sequence_length": length,
-            "sequence_invalid_fraction": float(1.0 - valid.float().mean()),
-            "sequence_resets_per_piece": float((~valid[:-1]).sum()) / count}
+    return {
+        "sequence_pieces": count,
+        "sequence_length": length,
+        "sequence_invalid_fraction": float(1.0 - valid.float().mean()),
+        "sequence_resets_per_piece": float((~valid[:-1]).sum()) / count,
+    }

@@ -20,8 +20,16 @@ class GuardedStep:
     unscaled before the clip, and a gradient that overflowed is skipped and counted the same way
     (the scaler then lowers its scale)."""
 
-    def __init__(self, *, parameters: list[torch.Tensor], optimizer, max_grad_norm: float, max_consecutive_nonfinite: int,
-                 precision: str = "fp32", device_type: str = "cpu"):
+    def __init__(
+        self,
+        *,
+        parameters: list[torch.Tensor],
+        optimizer,
+        max_grad_norm: float,
+        max_consecutive_nonfinite: int,
+        precision: str = "fp32",
+        device_type: str = "cpu",
+    ):
         self.parameters = parameters
         self.optimizer = optimizer
         self.max_grad_norm = max_grad_norm
@@ -100,7 +108,9 @@ class LearningRate:
     def value(self, *, steps_seen: int, total_steps: int) -> float:
         if not self.anneal:
             return self.base
-        return linear_schedule(self.base, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction)
+        return linear_schedule(
+            self.base, steps_seen=steps_seen, total_steps=total_steps, min_fraction=self.min_fraction
+        )
 
     def apply(self, optimizer, *, steps_seen: int, total_steps: int) -> float:
         lr = self.value(steps_seen=steps_seen, total_steps=total_steps)

@@ -92,8 +92,9 @@ class MetricsLogger:
             try:  # written by a thread: an earlier failed write surfaces here
                 self._tb._get_file_writer().add_summary(summary, global_step=step)
             except OSError as err:
-                raise RunDirError(f"cannot write TensorBoard events in {self.run_dir / 'tensorboard'} "
-                                  f"({err.strerror or err})") from err
+                raise RunDirError(
+                    f"cannot write TensorBoard events in {self.run_dir / 'tensorboard'} ({err.strerror or err})"
+                ) from err
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 
@@ -107,7 +108,9 @@ class MetricsLogger:
             ours = os.fstat(self._jsonl.fileno())
             if (on_disk.st_dev, on_disk.st_ino) == (ours.st_dev, ours.st_ino) and on_disk.st_size == self._size:
                 return
-            what = "replaced" if (on_disk.st_dev, on_disk.st_ino) != (ours.st_dev, ours.st_ino) else "written to in place"
+            what = (
+                "replaced" if (on_disk.st_dev, on_disk.st_ino) != (ours.st_dev, ours.st_ino) else "written to in place"
+            )
             kept_aside = self.jsonl_path.with_name(f"metrics.jsonl.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
             os.replace(self.jsonl_path, kept_aside)
         except FileNotFoundError:
@@ -121,10 +124,16 @@ class MetricsLogger:
         self._jsonl.close()
         self._jsonl = open(self.jsonl_path, "ab")
         aside = f"; the file found in its place is kept as {kept_aside.name}" if kept_aside else ""
-        log.warning(f"{self.jsonl_path} was {what} during the run: recreated it with all "
-                    f"{count} rows logged so far{aside}")
-        record_event(self.run_dir, "metrics_file_recreated", was=what, rows=count,
-                     kept_aside=kept_aside.name if kept_aside else None)
+        log.warning(
+            f"{self.jsonl_path} was {what} during the run: recreated it with all {count} rows logged so far{aside}"
+        )
+        record_event(
+            self.run_dir,
+            "metrics_file_recreated",
+            was=what,
+            rows=count,
+            kept_aside=kept_aside.name if kept_aside else None,
+        )
 
     def log_hparams(self, hparams: dict, final_metrics: dict) -> None:
         """Record the run's hyper-parameters for TensorBoard's HParams tab, its metric columns
@@ -135,8 +144,11 @@ class MetricsLogger:
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
         hp = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
-        columns = {tag_for(k): 0.0 for k, v in final_metrics.items()
-                   if k not in NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        columns = {
+            tag_for(k): 0.0
+            for k, v in final_metrics.items()
+            if k not in NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         writer = self._tb._get_file_writer()
         for summary in hparams_summaries(hp, columns):
             writer.add_summary(summary)
@@ -151,7 +163,9 @@ class MetricsLogger:
             finish_wandb(self._wandb)
 
 
-def _start_wandb(run_dir: Path, config: dict | None, project: str = "rlpar", mode: str = "offline", group=None, **kwargs):
+def _start_wandb(
+    run_dir: Path, config: dict | None, project: str = "rlpar", mode: str = "offline", group=None, **kwargs
+):
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")

@@ -48,8 +48,14 @@ def _fmt_frames_summary(metrics: dict) -> str:
     return f", {metrics['frames']:,} frames, {metrics['frames'] / max(metrics['wall_time_s'], 1e-9):,.0f} frames/s"
 
 
-def budget_line(*, total_steps: int, done_steps: int = 0, frames_per_step: int = 1,
-                time_limit_s: float | None = None, advice: str | None = None) -> str:
+def budget_line(
+    *,
+    total_steps: int,
+    done_steps: int = 0,
+    frames_per_step: int = 1,
+    time_limit_s: float | None = None,
+    advice: str | None = None,
+) -> str:
     """What a run is about to train, said before it starts (an Atari preset runs 10M-50M steps),
     with its time limit when it has one, and `advice` (a cheaper setting, measured) on a line of its own."""
     frames = f" ({total_steps * frames_per_step:,} frames)" if frames_per_step != 1 else ""
@@ -57,15 +63,23 @@ def budget_line(*, total_steps: int, done_steps: int = 0, frames_per_step: int =
     if time_limit_s is None:
         budget = f"training to {total_steps:,} env steps{frames}{done} (total_steps=N to change)"
     else:
-        budget = (f"training to {total_steps:,} env steps{frames}{done} or for {time_limit_s:g} s, "
-                  f"whichever comes first (total_steps=N, time_limit_s=S to change)")
+        budget = (
+            f"training to {total_steps:,} env steps{frames}{done} or for {time_limit_s:g} s, "
+            f"whichever comes first (total_steps=N, time_limit_s=S to change)"
+        )
     line = f"rlpar: {budget}; the ETA follows once the first iterations are measured"
     return line if advice is None else f"{line}\n{advice}"
 
 
 class ProgressLine:
-    def __init__(self, total_steps: int, stream=None, every_s: float = 5.0, enabled: bool = True,
-                 time_limit_s: float | None = None):
+    def __init__(
+        self,
+        total_steps: int,
+        stream=None,
+        every_s: float = 5.0,
+        enabled: bool = True,
+        time_limit_s: float | None = None,
+    ):
         self.total_steps = total_steps
         self.time_limit_s = time_limit_s
         self.stream = stream or sys.stdout

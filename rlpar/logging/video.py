@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 MAX_GIF_FRAMES = 200  # longer videos are subsampled in time
-MAX_GIF_WIDTH = 320   # and scaled down: a TensorBoard event stays a few MB at most
+MAX_GIF_WIDTH = 320  # and scaled down: a TensorBoard event stays a few MB at most
 
 
 def read_video(path: str | Path) -> tuple[list[np.ndarray], float]:
@@ -41,13 +41,25 @@ def gif_bytes(frames: list[np.ndarray], fps: float) -> tuple[bytes, int, int]:
         height, width = max(1, round(height * MAX_GIF_WIDTH / width)), MAX_GIF_WIDTH
         images = [image.resize((width, height), Image.Resampling.BILINEAR) for image in images]
     buffer = io.BytesIO()
-    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], loop=0,
-                   duration=max(20, round(1000 * stride / fps)))
+    images[0].save(
+        buffer,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        loop=0,
+        duration=max(20, round(1000 * stride / fps)),
+    )
     return buffer.getvalue(), height, width
 
 
-def log_to_tensorboard(log_dir: str | Path, *, step: int, scalars: dict[str, float], video: str | Path | None,
-                       video_tag: str = "eval/video") -> None:
+def log_to_tensorboard(
+    log_dir: str | Path,
+    *,
+    step: int,
+    scalars: dict[str, float],
+    video: str | Path | None,
+    video_tag: str = "eval/video",
+) -> None:
     """`scalars` and, given a video file, its GIF, in one event of a new file in `log_dir`."""
     from tensorboard.compat.proto.summary_pb2 import Summary
     from torch.utils.tensorboard import SummaryWriter
@@ -66,8 +78,17 @@ def log_to_tensorboard(log_dir: str | Path, *, step: int, scalars: dict[str, flo
         writer.close()
 
 
-def log_to_wandb(run_dir: str | Path, config: dict, wandb_options: dict, *, step: int, scalars: dict[str, float],
-                 video: str | Path | None, name: str, video_tag: str = "eval/video") -> None:
+def log_to_wandb(
+    run_dir: str | Path,
+    config: dict,
+    wandb_options: dict,
+    *,
+    step: int,
+    scalars: dict[str, float],
+    video: str | Path | None,
+    name: str,
+    video_tag: str = "eval/video",
+) -> None:
     """A W&B run of its own (job type `evaluate`, grouped with the training run's settings):
     the scalars and the MP4. Offline unless the run's logger said otherwise."""
     import wandb

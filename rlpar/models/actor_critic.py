@@ -128,7 +128,7 @@ class ActorCritic(ActorCriticBase):
         mask = None
         if spec.actor_inputs is not None:  # the actor's first layer reads only the leading inputs
             mask = torch.ones(2, spec.obs_dim, 1)
-            mask[ACTOR, spec.actor_inputs:] = 0.0
+            mask[ACTOR, spec.actor_inputs :] = 0.0
         self.register_buffer("first_layer_mask", mask, persistent=False)
         # value_norm: the returns' running mean and variance (absent otherwise: state dicts unchanged)
         self.value_normalizer = ObservationNormalizer(1, True) if spec.value_norm else None

@@ -54,8 +54,9 @@ class Actor(nn.Module):
         log-probabilities, the tanh's change of density included."""
         mean, log_std = self(obs)
         pre_tanh = mean + log_std.exp() * torch.randn_like(mean)
-        normal_logp = (-0.5 * ((pre_tanh - mean) / log_std.exp()).square() - log_std
-                       - 0.5 * math.log(2.0 * math.pi)).sum(-1)
+        normal_logp = (
+            -0.5 * ((pre_tanh - mean) / log_std.exp()).square() - log_std - 0.5 * math.log(2.0 * math.pi)
+        ).sum(-1)
         return torch.tanh(pre_tanh), normal_logp - tanh_log_jacobian(pre_tanh)
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
@@ -110,8 +111,12 @@ class ActorQ(nn.Module):
         super().__init__()
         self.spec = spec
         self.actor = Actor(spec)
-        self.critic = QEnsemble(in_dim=spec.obs_dim + spec.action.size, hidden_sizes=spec.hidden_sizes,
-                                count=spec.critics, activation=spec.activation)
+        self.critic = QEnsemble(
+            in_dim=spec.obs_dim + spec.action.size,
+            hidden_sizes=spec.hidden_sizes,
+            count=spec.critics,
+            activation=spec.activation,
+        )
         self.temperature = Temperature() if spec.gaussian else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

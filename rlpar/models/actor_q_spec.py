@@ -21,12 +21,16 @@ class ActorQSpec(NetworkFields):
     @classmethod
     def spaces_problem(cls, config, probe) -> str | None:
         if probe.action.discrete:
-            return (f"env: algo={config.get('algo.name')} with model=actor_q learns continuous actions and cannot take "
-                    f"{probe.name}'s {type(probe.action_space).__name__} actions ({probe.action_space}); use "
-                    f"algo={config.algorithms_with('action_spaces', action_space_kind(probe.action_space))}")
+            return (
+                f"env: algo={config.get('algo.name')} with model=actor_q learns continuous actions and cannot take "
+                f"{probe.name}'s {type(probe.action_space).__name__} actions ({probe.action_space}); use "
+                f"algo={config.algorithms_with('action_spaces', action_space_kind(probe.action_space))}"
+            )
         if probe.observation.image_shape:
-            return (f"env: algo={config.get('algo.name')}'s actor_q model is an MLP for vector observations; "
-                    f"{probe.name} gives images (use algo=ppo, impala or appo with a CNN)")
+            return (
+                f"env: algo={config.get('algo.name')}'s actor_q model is an MLP for vector observations; "
+                f"{probe.name} gives images (use algo=ppo, impala or appo with a CNN)"
+            )
         return super().spaces_problem(config, probe)
 
     @classmethod
@@ -36,10 +40,15 @@ class ActorQSpec(NetworkFields):
         wants = config.algorithm.get("gaussian_actor")
         gaussian = config.get("model.gaussian")
         if wants is not None and isinstance(gaussian, bool) and gaussian != wants:
-            problems.append(f"model.gaussian: algo={config.get('algo.name')} learns "
-                            f"{'a squashed Gaussian' if wants else 'a deterministic'} actor; use model.gaussian={str(wants).lower()}")
-        if not isinstance(config.get("model.critics"), int) or isinstance(config.get("model.critics"), bool) \
-                or config.get("model.critics") < 1:
+            problems.append(
+                f"model.gaussian: algo={config.get('algo.name')} learns "
+                f"{'a squashed Gaussian' if wants else 'a deterministic'} actor; use model.gaussian={str(wants).lower()}"
+            )
+        if (
+            not isinstance(config.get("model.critics"), int)
+            or isinstance(config.get("model.critics"), bool)
+            or config.get("model.critics") < 1
+        ):
             problems.append(f"model.critics: expected a positive integer, got {config.get('model.critics')!r}")
         return problems
 
@@ -65,7 +74,9 @@ class ActorQSpec(NetworkFields):
 
     def __post_init__(self):
         if self.action.discrete:
-            raise ValueError("an actor_q model needs a Box action space (use algo=dqn, apex or ppo for discrete actions)")
+            raise ValueError(
+                "an actor_q model needs a Box action space (use algo=dqn, apex or ppo for discrete actions)"
+            )
         if self.image_shape or self.encoder not in ("auto", "mlp"):
             raise ValueError("an actor_q model is an MLP for vector observations")
         if self.recurrent is not None:

@@ -55,10 +55,24 @@ class MultiAgentSpec:
         for p, name in enumerate(layout.policies):
             agent = layout.policy_agent(p)
             actor_inputs = layout.actor_inputs[agent] if layout.state_dim else None
-            policies.append((name, make_spec(obs_dim=layout.row_dims[agent], action=layout.actions[agent],
-                                             actor_inputs=actor_inputs, **options)))
-        return cls(agents=layout.agents, policies=tuple(policies), policy_of=layout.policy_of, obs_dim=layout.row_dim,
-                   action=layout.column_action)
+            policies.append(
+                (
+                    name,
+                    make_spec(
+                        obs_dim=layout.row_dims[agent],
+                        action=layout.actions[agent],
+                        actor_inputs=actor_inputs,
+                        **options,
+                    ),
+                )
+            )
+        return cls(
+            agents=layout.agents,
+            policies=tuple(policies),
+            policy_of=layout.policy_of,
+            obs_dim=layout.row_dim,
+            action=layout.column_action,
+        )
 
     def rows_of(self, policy: int, num_rows: int) -> np.ndarray:
         """The rows of `policy` among `num_rows` rows of whole environments."""
@@ -76,7 +90,7 @@ class MultiAgentSpec:
 def policy_weights(weights: dict, name: str) -> dict:
     """Policy `name`'s entries of a PolicySet state dict, under their own names."""
     prefix = f"{POLICY_PREFIX}{name}."
-    return {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
+    return {key[len(prefix) :]: value for key, value in weights.items() if key.startswith(prefix)}
 
 
 class MultiPolicyActing(NumpyActing):
@@ -112,5 +126,7 @@ class MultiPolicyActing(NumpyActing):
         logp, values = np.zeros(n, np.float32), np.zeros(n, np.float32)
         for rows, copy, width in zip(self.rows(n), self.copies, self.widths):
             if len(rows):
-                actions[rows], logp[rows], values[rows] = copy.act(obs[rows, :width], None if noise is None else noise[rows])
+                actions[rows], logp[rows], values[rows] = copy.act(
+                    obs[rows, :width], None if noise is None else noise[rows]
+                )
         return actions, logp, values

@@ -31,8 +31,9 @@ class ObservationNormalizer(nn.Module):
         """Merge a batch's moments (parallel-variance formula)."""
         if not self.enabled or batch_count == 0:
             return
-        mean, var, count = merge_moments(self.mean.numpy(), self.var.numpy(), float(self.count),
-                                         batch_mean, batch_var, batch_count)
+        mean, var, count = merge_moments(
+            self.mean.numpy(), self.var.numpy(), float(self.count), batch_mean, batch_var, batch_count
+        )
         self.mean.copy_(torch.from_numpy(mean))
         self.var.copy_(torch.from_numpy(var))
         self.count.fill_(count)

@@ -196,8 +196,9 @@ class EpsilonGreedyChoice(NumpyActing):
         actions = q.argmax(axis=1)
         if noise is not None:
             explore = noise < self.epsilon
-            random_actions = np.minimum((noise / np.maximum(self.epsilon, 1e-12) * q.shape[1]).astype(np.int64),
-                                        q.shape[1] - 1)
+            random_actions = np.minimum(
+                (noise / np.maximum(self.epsilon, 1e-12) * q.shape[1]).astype(np.int64), q.shape[1] - 1
+            )
             actions = np.where(explore, random_actions, actions)
         return actions, np.zeros(len(q), np.float32), q.max(axis=1).astype(np.float32)
 

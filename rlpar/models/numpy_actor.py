@@ -70,7 +70,9 @@ class NumpyActor(ActorChoice):
         trunk = sorted({int(k.split(".")[2]) for k in weights if k.startswith("actor.trunk.")})
         self.layers = [(array(f"actor.trunk.{i}.weight").T.copy(), array(f"actor.trunk.{i}.bias")) for i in trunk]
         self.mean = (array("actor.mean.weight").T.copy(), array("actor.mean.bias"))
-        self.log_std = (array("actor.log_std.weight").T.copy(), array("actor.log_std.bias")) if self.spec.gaussian else None
+        self.log_std = (
+            (array("actor.log_std.weight").T.copy(), array("actor.log_std.bias")) if self.spec.gaussian else None
+        )
         self.set_choice_weights(weights)
 
     def outputs(self, obs: np.ndarray, state=None) -> tuple:
@@ -79,5 +81,7 @@ class NumpyActor(ActorChoice):
             x = self.activation(x @ w + b)
         log_std = None
         if self.log_std is not None:
-            log_std = np.minimum(np.maximum(x @ self.log_std[0] + self.log_std[1], LOG_STD_BOUNDS[0]), LOG_STD_BOUNDS[1])
+            log_std = np.minimum(
+                np.maximum(x @ self.log_std[0] + self.log_std[1], LOG_STD_BOUNDS[0]), LOG_STD_BOUNDS[1]
+            )
         return x @ self.mean[0] + self.mean[1], log_std

@@ -54,8 +54,16 @@ window_view = np.lib.stride_tricks.sliding_window_view
 class _Conv:
     """One convolution: kernel [K, O] in the column order its im2col produces, and bias [O]."""
 
-    def __init__(self, weight: np.ndarray, bias: np.ndarray, stride: int, padding: int, dtype,
-                 channels_first_input: bool = False, scale: float = 1.0):
+    def __init__(
+        self,
+        weight: np.ndarray,
+        bias: np.ndarray,
+        stride: int,
+        padding: int,
+        dtype,
+        channels_first_input: bool = False,
+        scale: float = 1.0,
+    ):
         weight = np.asarray(weight, np.float64)
         self.out, self.channels, self.kh, self.kw = weight.shape
         self.stride, self.padding, self.channels_first_input = stride, padding, channels_first_input
@@ -96,11 +104,11 @@ def _max_pool(x: np.ndarray) -> np.ndarray:
     ho, wo = pool_size(h), pool_size(w)
     padded = np.full((n, h + 2, w + 2, c), -np.inf, x.dtype)
     padded[:, 1:-1, 1:-1] = x
-    out = padded[:, 0:2 * ho:2, 0:2 * wo:2].copy()
+    out = padded[:, 0 : 2 * ho : 2, 0 : 2 * wo : 2].copy()
     for i in range(3):
         for j in range(3):
             if i or j:
-                np.maximum(out, padded[:, i:i + 2 * ho:2, j:j + 2 * wo:2], out=out)
+                np.maximum(out, padded[:, i : i + 2 * ho : 2, j : j + 2 * wo : 2], out=out)
     return out
 
 
@@ -134,8 +142,9 @@ class NumpyEncoder:
         dtype, first = self.dtype, dict(channels_first_input=not self.channels_last, scale=1.0 / 255.0)
 
         def conv(name, stride=1, padding=0, **options):
-            return _Conv(weights[f"{prefix}{name}.weight"], weights[f"{prefix}{name}.bias"], stride, padding, dtype,
-                         **options)
+            return _Conv(
+                weights[f"{prefix}{name}.weight"], weights[f"{prefix}{name}.bias"], stride, padding, dtype, **options
+            )
 
         if self.name == "nature":
             self.layers = [conv("conv1", 4, **first), conv("conv2", 2), conv("conv3", 1)]
@@ -187,8 +196,9 @@ class NumpyCNNPolicy(PolicyChoice):
 
     def set_weights(self, weights: dict) -> None:
         self.encoder.set_weights(weights)
-        kernel = np.concatenate([np.asarray(weights["actor.weight"], np.float64),
-                                 np.asarray(weights["critic.weight"], np.float64)])  # [A + 1, F]
+        kernel = np.concatenate(
+            [np.asarray(weights["actor.weight"], np.float64), np.asarray(weights["critic.weight"], np.float64)]
+        )  # [A + 1, F]
         self.heads = np.ascontiguousarray(kernel.T, self.encoder.dtype)
         self.heads_bias = np.concatenate([weights["actor.bias"], weights["critic.bias"]]).astype(self.encoder.dtype)
         self.set_choice_weights(weights)

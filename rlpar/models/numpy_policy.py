@@ -22,8 +22,9 @@ from rlpar.models.numpy_acting import ACTIVATIONS_IN_PLACE, VALUE_NORM_EPSILON, 
 def _layers(weights: dict, dtype) -> list[tuple[np.ndarray, np.ndarray]]:
     """(weight [2, in, out], bias [2, 1, out]) per layer of ActorCritic's stacked state dict."""
     count = sum(1 for k in weights if k.startswith("weights."))
-    return [(np.asarray(weights[f"weights.{i}"], dtype), np.asarray(weights[f"biases.{i}"], dtype))
-            for i in range(count)]
+    return [
+        (np.asarray(weights[f"weights.{i}"], dtype), np.asarray(weights[f"biases.{i}"], dtype)) for i in range(count)
+    ]
 
 
 class WhitenedObservations:
@@ -72,7 +73,9 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         self.value_mean, self.value_std = 0.0, 1.0
         if self.spec.value_norm:  # the critic predicts normalised returns (ActorCritic.denormalised)
             self.value_mean = float(np.asarray(weights["value_normalizer.mean"])[0])
-            self.value_std = float(np.sqrt(np.asarray(weights["value_normalizer.var"], np.float64)[0] + VALUE_NORM_EPSILON))
+            self.value_std = float(
+                np.sqrt(np.asarray(weights["value_normalizer.var"], np.float64)[0] + VALUE_NORM_EPSILON)
+            )
         self._first_b = np.concatenate([b[0, 0], b[1, 0]])
         self._set_whitening(weights)
         self.set_choice_weights(weights)

@@ -42,9 +42,12 @@ class NumpyRecurrentEncoding:
         if self.image_encoder is not None:
             self.image_encoder.set_weights(weights)
         else:
-            linear = sorted({int(k.split(".")[1]) for k in weights if k.startswith("encoder.") and k.endswith(".weight")})
-            self.trunk = [(_as64(weights, f"encoder.{i}.weight").T.copy(), _as64(weights, f"encoder.{i}.bias"))
-                          for i in linear]
+            linear = sorted(
+                {int(k.split(".")[1]) for k in weights if k.startswith("encoder.") and k.endswith(".weight")}
+            )
+            self.trunk = [
+                (_as64(weights, f"encoder.{i}.weight").T.copy(), _as64(weights, f"encoder.{i}.bias")) for i in linear
+            ]
         self.w_ih = _as64(weights, "core.cell.weight_ih").T.copy()
         self.b_ih = _as64(weights, "core.cell.bias_ih")
         self.w_hh = _as64(weights, "core.cell.weight_hh").T.copy()
@@ -65,15 +68,15 @@ class NumpyRecurrentEncoding:
         if self.kind == "lstm":
             h, c = np.ascontiguousarray(state[:, :size]), state[:, size:]  # a strided h would miss BLAS
             gates = projected + h @ self.w_hh + self.b_hh
-            i, f, g, o = (gates[:, k * size:(k + 1) * size] for k in range(4))
+            i, f, g, o = (gates[:, k * size : (k + 1) * size] for k in range(4))
             c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
             h = _sigmoid(o) * np.tanh(c)
             state[:, :size], state[:, size:] = h, c
             return h
         recurrent = state @ self.w_hh + self.b_hh
         r = _sigmoid(projected[:, :size] + recurrent[:, :size])
-        z = _sigmoid(projected[:, size:2 * size] + recurrent[:, size:2 * size])
-        n = np.tanh(projected[:, 2 * size:] + r * recurrent[:, 2 * size:])
+        z = _sigmoid(projected[:, size : 2 * size] + recurrent[:, size : 2 * size])
+        n = np.tanh(projected[:, 2 * size :] + r * recurrent[:, 2 * size :])
         h = n + z * (state - n)  # (1 - z) n + z h, as torch.lerp
         state[:] = h
         return h

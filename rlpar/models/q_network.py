@@ -67,7 +67,10 @@ class QNetwork(nn.Module):
         """Q-values [..., actions] of features [..., F]: linear, or dueling."""
         advantage = self.advantage(features)
         value = None if self.value is None else self.value(features)
-        if advantage.dtype in (torch.bfloat16, torch.float16):  # under autocast (algo.precision): the heads' maths in float32
+        if advantage.dtype in (
+            torch.bfloat16,
+            torch.float16,
+        ):  # under autocast (algo.precision): the heads' maths in float32
             advantage, value = advantage.float(), None if value is None else value.float()
         if value is None:
             return advantage

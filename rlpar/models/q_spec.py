@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from rlpar.envs.spaces import ActionInfo, action_space_kind
 from rlpar.models.spec import NetworkFields
 
-FACTORED_ACTIONS_REFUSED = ("a Q-network needs one Discrete action space; MultiDiscrete/MultiBinary actions train "
-                            "with algo=ppo, a2c, impala, appo or a3c")
+FACTORED_ACTIONS_REFUSED = (
+    "a Q-network needs one Discrete action space; MultiDiscrete/MultiBinary actions train "
+    "with algo=ppo, a2c, impala, appo or a3c"
+)
 
 
 @dataclass(frozen=True)
@@ -21,9 +23,11 @@ class QNetworkSpec(NetworkFields):
     def spaces_problem(cls, config, probe) -> str | None:
         if not probe.action.discrete or probe.action.factored:
             space = probe.action_space
-            return (f"env: algo={config.get('algo.name')} (a Q-network) cannot take {probe.name}'s "
-                    f"{type(space).__name__} actions ({space}): it needs one Discrete action space; use "
-                    f"algo={config.algorithms_with('action_spaces', action_space_kind(space))}")
+            return (
+                f"env: algo={config.get('algo.name')} (a Q-network) cannot take {probe.name}'s "
+                f"{type(space).__name__} actions ({space}): it needs one Discrete action space; use "
+                f"algo={config.algorithms_with('action_spaces', action_space_kind(space))}"
+            )
         return super().spaces_problem(config, probe)
 
     obs_dim: int
@@ -42,7 +46,9 @@ class QNetworkSpec(NetworkFields):
 
     def __post_init__(self):
         if not self.action.discrete:
-            raise ValueError("a Q-network needs a Discrete action space (use algo=ppo, a2c, impala or appo for Box actions)")
+            raise ValueError(
+                "a Q-network needs a Discrete action space (use algo=ppo, a2c, impala or appo for Box actions)"
+            )
         if self.action.factored:
             raise ValueError(FACTORED_ACTIONS_REFUSED)
         self._settle_fields()

@@ -57,8 +57,17 @@ class RecurrentCore(nn.Module):
         cell, size = self.cell, self.hidden_size
         weights = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
         if self.kind == "lstm":
-            out, h, c = torch.lstm(features, (state[None, :, :size].contiguous(), state[None, :, size:].contiguous()),
-                                   weights, True, 1, 0.0, self.training, False, False)
+            out, h, c = torch.lstm(
+                features,
+                (state[None, :, :size].contiguous(), state[None, :, size:].contiguous()),
+                weights,
+                True,
+                1,
+                0.0,
+                self.training,
+                False,
+                False,
+            )
             return out, torch.cat((h[0], c[0]), dim=1)
         out, h = torch.gru(features, state[None].contiguous(), weights, True, 1, 0.0, self.training, False, False)
         return out, h[0]
@@ -162,12 +171,19 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
         return (out[0], values[0]), state
 
     def towers(self, obs: torch.Tensor):
-        raise TypeError("a recurrent actor-critic reads sequences: use sequence_outputs or evaluate_actions with "
-                        "initial_state and valid")
+        raise TypeError(
+            "a recurrent actor-critic reads sequences: use sequence_outputs or evaluate_actions with "
+            "initial_state and valid"
+        )
 
     def evaluate_actions(  # type: ignore[override]
-        self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, *, initial_state: torch.Tensor,
-        valid: torch.Tensor
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        with_entropy: bool = True,
+        *,
+        initial_state: torch.Tensor,
+        valid: torch.Tensor,
     ):
         """Log-probabilities, entropies and values of the valid steps of sequences ([T, E, ...]
         observations and actions from `initial_state` [E, S]), flat and time-major, the order of
@@ -175,8 +191,12 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
         out, values, _ = self.sequence_outputs(obs, initial_state, valid)
         keep = valid.reshape(-1)
         T, E = valid.shape
-        return self.action_terms(out.reshape(T * E, -1)[keep], values.reshape(-1)[keep],
-                                 actions.reshape((T * E,) + actions.shape[2:])[keep], with_entropy)
+        return self.action_terms(
+            out.reshape(T * E, -1)[keep],
+            values.reshape(-1)[keep],
+            actions.reshape((T * E,) + actions.shape[2:])[keep],
+            with_entropy,
+        )
 
 
 class RecurrentQNetwork(RecurrentEncoding, QNetwork):

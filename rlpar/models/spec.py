@@ -17,8 +17,11 @@ NUMPY_DTYPES = {"numpy": "float64", "numpy32": "float32"}
 RECURRENT = ("lstm", "gru")  # model.recurrent; null: feed-forward
 NATURE_MIN_SIZE = 36  # the Nature network's 8x8/4, 4x4/2, 3x3/1 convolutions need 36 pixels
 TORCH_ACTING_ENCODERS = ("nature", "impala")  # what `acting=auto` gives a torch copy (numpy_cnn.py's measurements)
-MODEL_KINDS = {"actor_critic": "a policy and its value", "q_network": "Q-values",
-               "actor_q": "an actor and its Q critics"}  # kind -> what an algorithm learns with it
+MODEL_KINDS = {
+    "actor_critic": "a policy and its value",
+    "q_network": "Q-values",
+    "actor_q": "an actor and its Q critics",
+}  # kind -> what an algorithm learns with it
 
 
 def choose_encoder(encoder: str, image_shape: tuple[int, ...]) -> str:
@@ -47,8 +50,10 @@ def check_image_fields(spec) -> None:
     if spec.encoder not in ("auto", "mlp") and not spec.image_shape:
         raise ValueError(f"encoder '{spec.encoder}' is a CNN for image observations; these are vectors")
     if spec.encoder == "nature" and min(spec.image_shape[1:]) < NATURE_MIN_SIZE:
-        raise ValueError(f"encoder 'nature' needs images of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE} pixels, "
-                         f"these are {spec.image_shape[1]}x{spec.image_shape[2]} (use encoder=small or impala)")
+        raise ValueError(
+            f"encoder 'nature' needs images of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE} pixels, "
+            f"these are {spec.image_shape[1]}x{spec.image_shape[2]} (use encoder=small or impala)"
+        )
     if spec.image_shape and (len(spec.image_shape) != 3 or spec.obs_dim != prod(spec.image_shape)):
         raise ValueError(f"image_shape {spec.image_shape} does not describe rows of {spec.obs_dim} values")
     if spec.acting not in ACTING:
@@ -62,8 +67,10 @@ def check_image_fields(spec) -> None:
     if not positive_integers([spec.recurrent_size]):
         raise ValueError(f"recurrent_size: expected a positive integer, got {spec.recurrent_size!r}")
     if spec.normalize_obs and spec.obs_dtype == "uint8":
-        raise ValueError("normalize_obs: image observations are scaled to [0, 1] by the network, not whitened "
-                         "(use normalize_obs=false)")
+        raise ValueError(
+            "normalize_obs: image observations are scaled to [0, 1] by the network, not whitened "
+            "(use normalize_obs=false)"
+        )
 
 
 class NetworkFields:
@@ -91,8 +98,10 @@ class NetworkFields:
         problems = []
         needed = config.algorithm.get("model_kind")
         if needed and needed != cls.kind:
-            problems.append(f"model: algo={config.get('algo.name')} learns {MODEL_KINDS.get(needed, needed)} and needs "
-                            f"model={needed}, got {config.get('model._target_')}")
+            problems.append(
+                f"model: algo={config.get('algo.name')} learns {MODEL_KINDS.get(needed, needed)} and needs "
+                f"model={needed}, got {config.get('model._target_')}"
+            )
         hidden = config.get("model.hidden_sizes")
         if "model.hidden_sizes" not in config.unresolved and not positive_integers(hidden):
             problems.append(f"model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
@@ -106,8 +115,10 @@ class NetworkFields:
         if model.get("recurrent") is not None:
             config.choice("model.recurrent", RECURRENT)
             if config.algorithm.get("recurrent_policies") is False:
-                problems.append(f"model.recurrent: algo={config.get('algo.name')} learns feed-forward policies only; "
-                                f"use model.recurrent=null, or algo={config.algorithms_with('recurrent_policies', True)}")
+                problems.append(
+                    f"model.recurrent: algo={config.get('algo.name')} learns feed-forward policies only; "
+                    f"use model.recurrent=null, or algo={config.algorithms_with('recurrent_policies', True)}"
+                )
         if "recurrent_size" in model and not positive_integers([model["recurrent_size"]]):
             problems.append(f"model.recurrent_size: expected a positive integer, got {model['recurrent_size']!r}")
         return problems
@@ -117,8 +128,10 @@ class NetworkFields:
         """What this model refuses for the probed environment's spaces (a CNN for vectors, images
         too small for the Nature network, ...): its own checks, run before the build."""
         if probe.observation.image_shape and config.get("model.normalize_obs") is True:
-            return (f"model.normalize_obs: {probe.name} has image observations, which the network scales to [0, 1] "
-                    f"itself; use normalize_obs=auto or false")
+            return (
+                f"model.normalize_obs: {probe.name} has image observations, which the network scales to [0, 1] "
+                f"itself; use normalize_obs=auto or false"
+            )
         model = dict(config.get("model") or {})
         if model.get("encoder", "auto") not in ENCODERS or model.get("acting", "auto") not in ACTING:
             return None  # reported as choices

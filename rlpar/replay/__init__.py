@@ -36,4 +36,12 @@ from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
 from rlpar.replay.storage import RingStorage
 from rlpar.replay.sum_tree import SumTree
 
-__all__ = ["FrameStorage", "NStepWriter", "PrioritizedSampler", "RateLimiter", "RingStorage", "SumTree", "UniformSampler"]
+__all__ = [
+    "FrameStorage",
+    "NStepWriter",
+    "PrioritizedSampler",
+    "RateLimiter",
+    "RingStorage",
+    "SumTree",
+    "UniformSampler",
+]

@@ -49,8 +49,12 @@ def frame_capacity(capacity: int, frames_per_transition: float) -> int:
 def replay_storage(*, capacity: int, fields: dict, stack: int = 0, frames_per_transition: float = 1.125):
     """A FrameStorage for `stack` > 0 (see frame_stack), else a RingStorage."""
     if stack:
-        return FrameStorage(capacity=capacity, fields=fields, stack=stack,
-                            frame_capacity=frame_capacity(capacity, frames_per_transition))
+        return FrameStorage(
+            capacity=capacity,
+            fields=fields,
+            stack=stack,
+            frame_capacity=frame_capacity(capacity, frames_per_transition),
+        )
     return RingStorage(capacity=capacity, fields=fields)
 
 
@@ -142,14 +146,21 @@ class FrameStorage:
         n = len(items["obs"])
         for name in STACKED_FIELDS:
             if np.shape(items[name]) != (n, *self.fields[name][0]):
-                raise ValueError(f"replay field {name!r}: expected shape {(n, *self.fields[name][0])}, "
-                                 f"got {np.shape(items[name])}")
-        planes = np.concatenate([np.asarray(items[name], np.uint8).reshape(n * self.stack, self.frame_size)
-                                 for name in STACKED_FIELDS])
+                raise ValueError(
+                    f"replay field {name!r}: expected shape {(n, *self.fields[name][0])}, got {np.shape(items[name])}"
+                )
+        planes = np.concatenate(
+            [np.asarray(items[name], np.uint8).reshape(n * self.stack, self.frame_size) for name in STACKED_FIELDS]
+        )
         numbers = self._store_frames(planes).reshape(2, n, self.stack)
-        slots = self._items.add({**{name: value for name, value in items.items() if name not in STACKED_FIELDS},
-                                 "obs_frames": numbers[0], "next_obs_frames": numbers[1],
-                                 "oldest_frame": numbers.min(axis=(0, 2))})
+        slots = self._items.add(
+            {
+                **{name: value for name, value in items.items() if name not in STACKED_FIELDS},
+                "obs_frames": numbers[0],
+                "next_obs_frames": numbers[1],
+                "oldest_frame": numbers.min(axis=(0, 2)),
+            }
+        )
         self._find_lost(slots)
         return slots
 
@@ -238,21 +249,28 @@ class FrameStorage:
         import torch  # the learner checkpoints; actors and shards need no torch
 
         stored = self.frames_stored
-        return {"items": self._items.state_dict(), "written": self._written,
-                "frames": torch.from_numpy(self._frames[:stored]),
-                "fingerprints": torch.from_numpy(self._prints[:stored].view(np.int64)),
-                "lost": torch.from_numpy(np.concatenate([np.zeros(0, np.int64), *self._lost]))}
+        return {
+            "items": self._items.state_dict(),
+            "written": self._written,
+            "frames": torch.from_numpy(self._frames[:stored]),
+            "fingerprints": torch.from_numpy(self._prints[:stored].view(np.int64)),
+            "lost": torch.from_numpy(np.concatenate([np.zeros(0, np.int64), *self._lost])),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if "frames" not in state:
-            raise ValueError("this checkpoint's replay holds whole observations; the replay now stores frames once "
-                             "(algo.replay.frames=false resumes it)")
+            raise ValueError(
+                "this checkpoint's replay holds whole observations; the replay now stores frames once "
+                "(algo.replay.frames=false resumes it)"
+            )
         written = int(state["written"])
         frames, prints = state["frames"].numpy(), state["fingerprints"].numpy().view(np.uint64)
         stored = min(written, self.frame_capacity)
         if frames.shape != (stored, self.frame_size) or prints.shape != (stored,):
-            raise ValueError(f"checkpointed replay frames are {tuple(frames.shape)}, expected {(stored, self.frame_size)} "
-                             f"(frame capacity {self.frame_capacity})")
+            raise ValueError(
+                f"checkpointed replay frames are {tuple(frames.shape)}, expected {(stored, self.frame_size)} "
+                f"(frame capacity {self.frame_capacity})"
+            )
         self._items.load_state_dict(state["items"])
         self._frames[:stored], self._prints[:stored] = frames, prints
         self._written = written

@@ -64,16 +64,32 @@ class NStepWriter:
         self._grow(env_ids, obs, actions)
         parts = []
         for cols in rounds_of_distinct_envs(env_ids):
-            parts.append(self._add_columns(obs[:, cols], actions[:, cols], rewards[:, cols], terminated[:, cols],
-                                           truncated[:, cols], valid[:, cols], env_ids[cols], last_obs[cols]))
+            parts.append(
+                self._add_columns(
+                    obs[:, cols],
+                    actions[:, cols],
+                    rewards[:, cols],
+                    terminated[:, cols],
+                    truncated[:, cols],
+                    valid[:, cols],
+                    env_ids[cols],
+                    last_obs[cols],
+                )
+            )
         if not parts:
             return self._empty(obs, actions)
         return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
     def _empty(self, obs, actions) -> dict:
         none = lambda like: np.zeros((0, *like.shape[2:]), like.dtype)
-        return {"obs": none(obs), "actions": none(actions), "rewards": np.zeros(0, np.float32), "next_obs": none(obs),
-                "discounts": np.zeros(0, np.float32), "env_ids": np.zeros(0, np.int64)}
+        return {
+            "obs": none(obs),
+            "actions": none(actions),
+            "rewards": np.zeros(0, np.float32),
+            "next_obs": none(obs),
+            "discounts": np.zeros(0, np.float32),
+            "env_ids": np.zeros(0, np.int64),
+        }
 
     def _add_columns(self, obs, actions, rewards, terminated, truncated, valid, env_ids, last_obs) -> dict:
         n, slots = self.n, self.n - 1
@@ -85,11 +101,14 @@ class NStepWriter:
         open_before = self._open[env_ids].T  # [slots, N]
         # An autoreset step only ever follows an episode end, which closed everything: anything
         # else would mean the columns were not this environment's consecutive steps.
-        follows_end = np.concatenate([~open_before[-1:].astype(bool) if slots else np.ones((1, len(env_ids)), bool),
-                                      ended[:-1]])
+        follows_end = np.concatenate(
+            [~open_before[-1:].astype(bool) if slots else np.ones((1, len(env_ids)), bool), ended[:-1]]
+        )
         if np.any(~valid & ~follows_end[:T]):
-            raise ValueError("an autoreset step (valid False) that does not follow an episode end: "
-                             "rollouts of an environment must arrive in order, each once")
+            raise ValueError(
+                "an autoreset step (valid False) that does not follow an episode end: "
+                "rollouts of an environment must arrive in order, each once"
+            )
         # The open steps followed by this rollout: L = slots + T steps in a row per environment.
         seq_obs = np.concatenate([self._obs[env_ids].swapaxes(0, 1), obs])
         seq_actions = np.concatenate([self._actions[env_ids].swapaxes(0, 1), actions])
@@ -113,7 +132,7 @@ class NStepWriter:
             closes[:reach] &= seq_ended[k:]
             if k == n - 1:
                 closes = step
-            last[closes] = (np.nonzero(closes)[0] + k)
+            last[closes] = np.nonzero(closes)[0] + k
             cut[:reach] |= closes[:reach] & seq_terminated[k:]
             done |= closes
             collecting = step & ~closes
@@ -154,14 +173,21 @@ class NStepWriter:
         if self._obs is None:
             return {"n": self.n, "gamma": self.gamma}
         assert self._actions is not None and self._rewards is not None and self._open is not None
-        return {"n": self.n, "gamma": self.gamma, "obs": torch.from_numpy(self._obs.copy()),
-                "actions": torch.from_numpy(self._actions.copy()), "rewards": torch.from_numpy(self._rewards.copy()),
-                "open": torch.from_numpy(self._open.copy())}
+        return {
+            "n": self.n,
+            "gamma": self.gamma,
+            "obs": torch.from_numpy(self._obs.copy()),
+            "actions": torch.from_numpy(self._actions.copy()),
+            "rewards": torch.from_numpy(self._rewards.copy()),
+            "open": torch.from_numpy(self._open.copy()),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if int(state["n"]) != self.n or float(state["gamma"]) != self.gamma:
-            raise ValueError(f"checkpointed n-step writer has n={state['n']}, gamma={state['gamma']}; "
-                             f"this one n={self.n}, gamma={self.gamma}")
+            raise ValueError(
+                f"checkpointed n-step writer has n={state['n']}, gamma={state['gamma']}; "
+                f"this one n={self.n}, gamma={self.gamma}"
+            )
         if "obs" not in state:
             self._obs = self._actions = self._rewards = self._open = None
             return

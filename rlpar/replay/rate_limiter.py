@@ -26,18 +26,24 @@ def least_tolerance(*, samples_per_insert: float, insert_batch: int, sample_batc
 
 
 class RateLimiter:
-    def __init__(self, *, min_size: int, samples_per_insert: float, tolerance: float, insert_batch: int,
-                 sample_batch: int):
+    def __init__(
+        self, *, min_size: int, samples_per_insert: float, tolerance: float, insert_batch: int, sample_batch: int
+    ):
         if min_size < 1 or samples_per_insert <= 0 or insert_batch < 1 or sample_batch < 1:
-            raise ValueError("rate limiter needs min_size >= 1, samples_per_insert > 0 and batches >= 1, got "
-                             f"min_size={min_size}, samples_per_insert={samples_per_insert}, "
-                             f"insert_batch={insert_batch}, sample_batch={sample_batch}")
-        needed = least_tolerance(samples_per_insert=samples_per_insert, insert_batch=insert_batch,
-                                 sample_batch=sample_batch)
+            raise ValueError(
+                "rate limiter needs min_size >= 1, samples_per_insert > 0 and batches >= 1, got "
+                f"min_size={min_size}, samples_per_insert={samples_per_insert}, "
+                f"insert_batch={insert_batch}, sample_batch={sample_batch}"
+            )
+        needed = least_tolerance(
+            samples_per_insert=samples_per_insert, insert_batch=insert_batch, sample_batch=sample_batch
+        )
         if tolerance < needed:
-            raise ValueError(f"rate limiter tolerance {tolerance} could deadlock: with samples_per_insert="
-                             f"{samples_per_insert}, insert batches of {insert_batch} and sample batches of "
-                             f"{sample_batch} it must be at least (spi * insert_batch + sample_batch) / 2 = {needed}")
+            raise ValueError(
+                f"rate limiter tolerance {tolerance} could deadlock: with samples_per_insert="
+                f"{samples_per_insert}, insert batches of {insert_batch} and sample batches of "
+                f"{sample_batch} it must be at least (spi * insert_batch + sample_batch) / 2 = {needed}"
+            )
         self.min_size, self.tolerance = int(min_size), float(tolerance)
         self.samples_per_insert = float(samples_per_insert)
         self.insert_batch, self.sample_batch = int(insert_batch), int(sample_batch)
@@ -56,8 +62,10 @@ class RateLimiter:
 
     def _check(self, n: int, limit: int, side: str) -> None:
         if not 0 <= n <= limit:
-            raise ValueError(f"a {side} of {n} items: the rate limiter was set up for at most {limit} "
-                             "(its deadlock-freedom bound depends on it)")
+            raise ValueError(
+                f"a {side} of {n} items: the rate limiter was set up for at most {limit} "
+                "(its deadlock-freedom bound depends on it)"
+            )
 
     def can_insert(self, n: int) -> bool:
         self._check(n, self.insert_batch, "insert")
@@ -86,8 +94,12 @@ class RateLimiter:
             raise ValueError(f"side must be one of {SIDES}, got {side!r}")
 
     def state_dict(self) -> dict:
-        return {"inserts": self.inserts, "samples": self.samples, "insert_wait_s": self.insert_wait_s,
-                "sample_wait_s": self.sample_wait_s}
+        return {
+            "inserts": self.inserts,
+            "samples": self.samples,
+            "insert_wait_s": self.insert_wait_s,
+            "sample_wait_s": self.sample_wait_s,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.inserts, self.samples = int(state["inserts"]), int(state["samples"])

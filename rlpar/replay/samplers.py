@@ -77,11 +77,22 @@ class PrioritizedSampler:
     priority seen so far, so each is replayed at least about once before its TD error is known.
     """
 
-    def __init__(self, *, capacity: int, beta_steps: int, seed: int, alpha: float = 0.6, beta_start: float = 0.4,
-                 beta_end: float = 1.0, epsilon: float = 1e-6):
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        beta_steps: int,
+        seed: int,
+        alpha: float = 0.6,
+        beta_start: float = 0.4,
+        beta_end: float = 1.0,
+        epsilon: float = 1e-6,
+    ):
         if alpha < 0 or epsilon <= 0 or beta_steps < 1:
-            raise ValueError(f"prioritised replay needs alpha >= 0, epsilon > 0 and beta_steps >= 1, "
-                             f"got alpha={alpha}, epsilon={epsilon}, beta_steps={beta_steps}")
+            raise ValueError(
+                f"prioritised replay needs alpha >= 0, epsilon > 0 and beta_steps >= 1, "
+                f"got alpha={alpha}, epsilon={epsilon}, beta_steps={beta_steps}"
+            )
         self.alpha, self.epsilon = float(alpha), float(epsilon)
         self.beta_start, self.beta_end, self.beta_steps = float(beta_start), float(beta_end), int(beta_steps)
         self.tree = SumTree(capacity=capacity)
@@ -129,8 +140,7 @@ class PrioritizedSampler:
         self.tree.update(indices, self._stored(td_errors))
 
     def state_dict(self) -> dict:
-        return {"tree": self.tree.state_dict(), "sample_calls": self.sample_calls,
-                "rng": self._rng.bit_generator.state}
+        return {"tree": self.tree.state_dict(), "sample_calls": self.sample_calls, "rng": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
         self.tree.load_state_dict(state["tree"])

@@ -35,9 +35,14 @@ from rlpar.learning.env_rounds import rounds_of_distinct_envs
 def sequence_fields(*, obs_dim: int, obs_dtype: str = "float32", state_size: int, burn_in: int, length: int) -> dict:
     """What a replayed sequence holds (RingStorage fields: one row per sequence)."""
     steps = burn_in + length
-    return {"obs": ((steps + 1, obs_dim), np.dtype(obs_dtype)), "actions": ((steps,), np.int64),
-            "rewards": ((steps,), np.float32), "terminated": ((steps,), np.bool_), "mask": ((steps,), np.bool_),
-            "initial_state": ((state_size,), np.float32)}
+    return {
+        "obs": ((steps + 1, obs_dim), np.dtype(obs_dtype)),
+        "actions": ((steps,), np.int64),
+        "rewards": ((steps,), np.float32),
+        "terminated": ((steps,), np.bool_),
+        "mask": ((steps,), np.bool_),
+        "initial_state": ((state_size,), np.float32),
+    }
 
 
 @dataclass
@@ -61,8 +66,10 @@ class SequenceWriter:
     def __init__(self, *, burn_in: int, length: int, period: int | None = None):
         period = length // 2 if period is None else period
         if burn_in < 0 or length < 1 or not 1 <= period <= length:
-            raise ValueError(f"sequence replay needs burn_in >= 0, length >= 1 and 1 <= period <= length (every "
-                             f"step trained), got burn_in={burn_in}, length={length}, period={period}")
+            raise ValueError(
+                f"sequence replay needs burn_in >= 0, length >= 1 and 1 <= period <= length (every "
+                f"step trained), got burn_in={burn_in}, length={length}, period={period}"
+            )
         self.burn_in, self.length, self.period = int(burn_in), int(length), int(period)
         self.steps = self.burn_in + self.length
         self._tracks: dict[int, _Track] = {}
@@ -80,8 +87,17 @@ class SequenceWriter:
         for cols in rounds_of_distinct_envs(env_ids):
             emitted = []
             for c in cols:
-                emitted += self._add_column(int(env_ids[c]), obs[:, c], actions[:, c], rewards[:, c], terminated[:, c],
-                                            ended[:, c], valid[:, c], last_obs[c], states[:, c])
+                emitted += self._add_column(
+                    int(env_ids[c]),
+                    obs[:, c],
+                    actions[:, c],
+                    rewards[:, c],
+                    terminated[:, c],
+                    ended[:, c],
+                    valid[:, c],
+                    last_obs[c],
+                    states[:, c],
+                )
             emitted.sort(key=lambda item: item[0])
             parts += [sequence for _, sequence in emitted]
         if not parts:
@@ -90,11 +106,15 @@ class SequenceWriter:
 
     def _empty(self, obs, actions, states) -> dict:
         none = lambda shape, dtype: np.zeros((0, *shape), dtype)
-        return {"obs": none((self.steps + 1, *obs.shape[2:]), obs.dtype),
-                "actions": none((self.steps, *actions.shape[2:]), actions.dtype),
-                "rewards": none((self.steps,), np.float32), "terminated": none((self.steps,), bool),
-                "mask": none((self.steps,), bool), "initial_state": none(states.shape[2:], np.float32),
-                "env_ids": np.zeros(0, np.int64)}
+        return {
+            "obs": none((self.steps + 1, *obs.shape[2:]), obs.dtype),
+            "actions": none((self.steps, *actions.shape[2:]), actions.dtype),
+            "rewards": none((self.steps,), np.float32),
+            "terminated": none((self.steps,), bool),
+            "mask": none((self.steps,), bool),
+            "initial_state": none(states.shape[2:], np.float32),
+            "env_ids": np.zeros(0, np.int64),
+        }
 
     def _add_column(self, env_id, obs, actions, rewards, terminated, ended, valid, last_obs, states) -> list:
         """One environment's rollout, episode segment by segment: [((step, env, k), sequence)]."""
@@ -105,8 +125,10 @@ class SequenceWriter:
         while t < T:
             if not valid[t]:
                 if env_id in self._tracks:
-                    raise ValueError("an autoreset step (valid False) that does not follow an episode end: "
-                                     "rollouts of an environment must arrive in order, each once")
+                    raise ValueError(
+                        "an autoreset step (valid False) that does not follow an episode end: "
+                        "rollouts of an environment must arrive in order, each once"
+                    )
                 self._ended.add(env_id)
                 t += 1
                 continue
@@ -114,8 +136,15 @@ class SequenceWriter:
             track = self._tracks.pop(env_id, None)
             if track is None:
                 begin = 0 if env_id in self._ended else -self.burn_in
-                track = _Track(begin, begin, 0, obs[t : b + 1], actions[t : b + 1], rewards[t : b + 1].astype(np.float32),
-                               states[t : b + 1].astype(np.float32))
+                track = _Track(
+                    begin,
+                    begin,
+                    0,
+                    obs[t : b + 1],
+                    actions[t : b + 1],
+                    rewards[t : b + 1].astype(np.float32),
+                    states[t : b + 1].astype(np.float32),
+                )
             else:
                 track.obs = np.concatenate([track.obs, obs[t : b + 1]])
                 track.actions = np.concatenate([track.actions, actions[t : b + 1]])
@@ -138,13 +167,23 @@ class SequenceWriter:
         """The track's sequences complete now (all whose trained part began, at an episode end),
         as (k, grid position of the last real step, sequence)."""
         out = []
-        while (track.next_k * self.period + self.length - 1 <= track.last
-               or ended and track.next_k * self.period <= track.last):
+        while (
+            track.next_k * self.period + self.length - 1 <= track.last
+            or ended
+            and track.next_k * self.period <= track.last
+        ):
             k = track.next_k
             window = k * self.period - self.burn_in  # grid position of the sequence's row 0
             real_from, real_to = max(window, track.begin), min(window + self.steps - 1, track.last)
-            out.append((k, real_to, self._sequence(track, window, real_from, real_to, after,
-                                                   terminated and real_to == track.last, env_id)))
+            out.append(
+                (
+                    k,
+                    real_to,
+                    self._sequence(
+                        track, window, real_from, real_to, after, terminated and real_to == track.last, env_id
+                    ),
+                )
+            )
             track.next_k += 1
         return out
 
@@ -172,25 +211,52 @@ class SequenceWriter:
         mask[rows] = True
         ends = np.zeros(self.steps, bool)
         ends[rows.stop - 1] = terminated
-        return {"obs": obs, "actions": actions, "rewards": rewards, "terminated": ends, "mask": mask,
-                "initial_state": track.states[held.start].copy(), "env_ids": np.int64(env_id)}
+        return {
+            "obs": obs,
+            "actions": actions,
+            "rewards": rewards,
+            "terminated": ends,
+            "mask": mask,
+            "initial_state": track.states[held.start].copy(),
+            "env_ids": np.int64(env_id),
+        }
 
     def state_dict(self) -> dict:
         """The open tracks and the environments between episodes (tensors and plain values)."""
         import torch  # the learner checkpoints; actors and shards need no torch
 
-        tracks = [{"env_id": env_id, "begin": t.begin, "first": t.first, "next_k": t.next_k,
-                   **{name: torch.from_numpy(getattr(t, name).copy()) for name in ("obs", "actions", "rewards", "states")}}
-                  for env_id, t in sorted(self._tracks.items())]
-        return {"burn_in": self.burn_in, "length": self.length, "period": self.period, "tracks": tracks,
-                "ended": sorted(self._ended)}
+        tracks = [
+            {
+                "env_id": env_id,
+                "begin": t.begin,
+                "first": t.first,
+                "next_k": t.next_k,
+                **{name: torch.from_numpy(getattr(t, name).copy()) for name in ("obs", "actions", "rewards", "states")},
+            }
+            for env_id, t in sorted(self._tracks.items())
+        ]
+        return {
+            "burn_in": self.burn_in,
+            "length": self.length,
+            "period": self.period,
+            "tracks": tracks,
+            "ended": sorted(self._ended),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         saved = (int(state["burn_in"]), int(state["length"]), int(state["period"]))
         if saved != (self.burn_in, self.length, self.period):
-            raise ValueError(f"checkpointed sequence writer has (burn_in, length, period)={saved}; "
-                             f"this one {(self.burn_in, self.length, self.period)}")
-        self._tracks = {int(t["env_id"]): _Track(int(t["begin"]), int(t["first"]), int(t["next_k"]),
-                                                 *(t[name].numpy().copy() for name in ("obs", "actions", "rewards", "states")))
-                        for t in state["tracks"]}
+            raise ValueError(
+                f"checkpointed sequence writer has (burn_in, length, period)={saved}; "
+                f"this one {(self.burn_in, self.length, self.period)}"
+            )
+        self._tracks = {
+            int(t["env_id"]): _Track(
+                int(t["begin"]),
+                int(t["first"]),
+                int(t["next_k"]),
+                *(t[name].numpy().copy() for name in ("obs", "actions", "rewards", "states")),
+            )
+            for t in state["tracks"]
+        }
         self._ended = {int(e) for e in state["ended"]}

@@ -9,13 +9,13 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    capacity: int = 100_000          # transitions kept (oldest overwritten)
-    prioritized: bool = False        # proportional prioritisation (Schaul et al. 2016); else uniform
-    alpha: float = 0.6               # priority exponent
-    beta_start: float = 0.4          # importance-sampling exponent, annealed to beta_end
+    capacity: int = 100_000  # transitions kept (oldest overwritten)
+    prioritized: bool = False  # proportional prioritisation (Schaul et al. 2016); else uniform
+    alpha: float = 0.6  # priority exponent
+    beta_start: float = 0.4  # importance-sampling exponent, annealed to beta_end
     beta_end: float = 1.0
-    checkpoint: bool = False         # DQN: save the contents with every checkpoint (exact resume)
-    num_shards: int = 2              # Ape-X: replay shards (Ray actors with parallel=distributed)
+    checkpoint: bool = False  # DQN: save the contents with every checkpoint (exact resume)
+    num_shards: int = 2  # Ape-X: replay shards (Ray actors with parallel=distributed)
     # Ape-X: each shard's rate limiter holds sampled items per inserted transition at
     # samples_per_insert (null: replay_ratio x batch_size) within rate_tolerance sampled items
     # (null: the least that cannot deadlock plus room for every actor's unanswered
@@ -31,12 +31,26 @@ class ReplaySettings:
         """Frames per observation to store once (rlpar.replay.frames.frame_stack), 0: whole rows."""
         from rlpar.replay.frames import frame_stack
 
-        return frame_stack(obs_dtype=policy_spec.obs_dtype, image_shape=getattr(policy_spec, "image_shape", ()),
-                           channels_last=getattr(policy_spec, "channels_last", False)) if self.frames else 0
+        return (
+            frame_stack(
+                obs_dtype=policy_spec.obs_dtype,
+                image_shape=getattr(policy_spec, "image_shape", ()),
+                channels_last=getattr(policy_spec, "channels_last", False),
+            )
+            if self.frames
+            else 0
+        )
 
     @staticmethod
-    def bytes_per_transition(obs_dim: int, obs_dtype: str = "float32", *, image_shape=(), channels_last: bool = False,
-                             frames: bool = True, frames_per_transition: float = 1.125) -> int:
+    def bytes_per_transition(
+        obs_dim: int,
+        obs_dtype: str = "float32",
+        *,
+        image_shape=(),
+        channels_last: bool = False,
+        frames: bool = True,
+        frames_per_transition: float = 1.125,
+    ) -> int:
         """A stored transition (the replay's own field layout: whole rows, or its share of the
         frames kept once) and a float64 priority in each of the sum tree's two halves: what the
         memory estimate charges per unit of capacity."""
@@ -71,8 +85,10 @@ class ReplaySettings:
             if isinstance(capacity, int) and isinstance(value, int) and value > capacity:
                 problems.append(f"algo.{name}: {value} is more than algo.replay.capacity ({capacity})")
         if config.algorithm.get("replay_in_checkpoints") is False and config.get("algo.replay.checkpoint"):
-            problems.append(f"algo.replay.checkpoint: algo={config.get('algo.name')}'s replay is not checkpointed (a "
-                            f"resumed run refills it); drop the key")
+            problems.append(
+                f"algo.replay.checkpoint: algo={config.get('algo.name')}'s replay is not checkpointed (a "
+                f"resumed run refills it); drop the key"
+            )
         return problems
 
 
@@ -84,11 +100,15 @@ def _sequence_problems(config, capacity) -> list[str]:
     if not config.get("model.recurrent") or not all(isinstance(x, int) for x in (length, capacity, batch_size)):
         return []
     if length < 2:
-        return [f"algo.sequence_length: {length} is too short for sequence replay (at least 2: a new sequence "
-                f"starts every sequence_length // 2 steps)"]
+        return [
+            f"algo.sequence_length: {length} is too short for sequence replay (at least 2: a new sequence "
+            f"starts every sequence_length // 2 steps)"
+        ]
     if batch_size > capacity // (length // 2):
-        return [f"algo.batch_size: {batch_size} sequences is more than the replay holds (algo.replay.capacity "
-                f"{capacity} steps / a new sequence every {length // 2} steps = {capacity // (length // 2)})"]
+        return [
+            f"algo.batch_size: {batch_size} sequences is more than the replay holds (algo.replay.capacity "
+            f"{capacity} steps / a new sequence every {length // 2} steps = {capacity // (length // 2)})"
+        ]
     return []
 
 
@@ -103,17 +123,24 @@ def _rate_limiter_problems(config) -> list[str]:
         return []
     if ratio is None:
         replay_ratio, batch_size = config.get("algo.replay_ratio"), config.get("algo.batch_size")
-        ratio = replay_ratio * batch_size if isinstance(replay_ratio, (int, float)) and isinstance(batch_size, int) else None
+        ratio = (
+            replay_ratio * batch_size
+            if isinstance(replay_ratio, (int, float)) and isinstance(batch_size, int)
+            else None
+        )
     workers, envs_per_worker = config.get("workers"), config.get("envs_per_worker")
     rollout, n_step, batch_size = (config.get(f"algo.{k}") for k in ("rollout_length", "n_step", "batch_size"))
     numbers = (ratio, workers, envs_per_worker, rollout, n_step, batch_size)
     if not all(isinstance(x, (int, float)) and x > 0 for x in numbers):
         return []  # reported by their own checks
     in_learner = config.sampler is not None and config.sampler.in_learner_process
-    insert_batch = most_transitions_per_rollout(num_envs=envs_per_worker * (workers if in_learner else 1),
-                                                rollout_length=rollout, n=n_step)
+    insert_batch = most_transitions_per_rollout(
+        num_envs=envs_per_worker * (workers if in_learner else 1), rollout_length=rollout, n=n_step
+    )
     least = least_tolerance(samples_per_insert=ratio, insert_batch=insert_batch, sample_batch=batch_size)
     if tolerance < least:
-        return [f"algo.replay.rate_tolerance: {tolerance} could deadlock; with samples_per_insert {ratio:g}, writes of "
-                f"up to {insert_batch} transitions and minibatches of {batch_size} it must be at least {least:g} (or null)"]
+        return [
+            f"algo.replay.rate_tolerance: {tolerance} could deadlock; with samples_per_insert {ratio:g}, writes of "
+            f"up to {insert_batch} transitions and minibatches of {batch_size} it must be at least {least:g} (or null)"
+        ]
     return []

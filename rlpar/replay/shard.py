@@ -26,21 +26,38 @@ def transition_fields(obs_dim: int, obs_dtype: str = "float32", action_size: int
     one index (`action_size` 0: a Q-network's) or a point of [-1, 1]^action_size (Box actions)."""
     obs = ((obs_dim,), np.dtype(obs_dtype))
     actions = ((action_size,), np.float32) if action_size else ((), np.int64)
-    return {"obs": obs, "actions": actions, "rewards": ((), np.float32), "next_obs": obs,
-            "discounts": ((), np.float32)}
+    return {"obs": obs, "actions": actions, "rewards": ((), np.float32), "next_obs": obs, "discounts": ((), np.float32)}
 
 
 class ReplayTable:
-    def __init__(self, *, capacity: int, obs_dim: int, obs_dtype: str = "float32", action_size: int = 0, alpha: float,
-                 beta_start: float, beta_end: float, beta_steps: int, seed: int, rate_limiter: dict,
-                 frame_stack: int = 0, frames_per_transition: float = 1.125):
+    def __init__(
+        self,
+        *,
+        capacity: int,
+        obs_dim: int,
+        obs_dtype: str = "float32",
+        action_size: int = 0,
+        alpha: float,
+        beta_start: float,
+        beta_end: float,
+        beta_steps: int,
+        seed: int,
+        rate_limiter: dict,
+        frame_stack: int = 0,
+        frames_per_transition: float = 1.125,
+    ):
         """`rate_limiter`: RateLimiter's keyword arguments (its batches are the largest insert
         and the minibatch this table serves); `action_size`: as transition_fields; `frame_stack`
         > 0: observations are stacks of that many frames, each stored once (rlpar.replay.frames)."""
-        self.storage = replay_storage(capacity=capacity, fields=transition_fields(obs_dim, obs_dtype, action_size),
-                                      stack=frame_stack, frames_per_transition=frames_per_transition)
-        self.sampler = PrioritizedSampler(capacity=capacity, alpha=alpha, beta_start=beta_start, beta_end=beta_end,
-                                          beta_steps=beta_steps, seed=seed)
+        self.storage = replay_storage(
+            capacity=capacity,
+            fields=transition_fields(obs_dim, obs_dtype, action_size),
+            stack=frame_stack,
+            frames_per_transition=frames_per_transition,
+        )
+        self.sampler = PrioritizedSampler(
+            capacity=capacity, alpha=alpha, beta_start=beta_start, beta_end=beta_end, beta_steps=beta_steps, seed=seed
+        )
         self.limiter = RateLimiter(**rate_limiter)
         self.capacity = capacity
 

@@ -109,7 +109,9 @@ class RingStorage:
         for name, array in self._arrays.items():
             values = saved[name].numpy()
             if values.shape != (size, *self.fields[name][0]) or values.dtype != array.dtype:
-                raise ValueError(f"checkpointed replay field {name!r} is {values.dtype}{values.shape}, "
-                                 f"expected {array.dtype}{(size, *self.fields[name][0])}")
+                raise ValueError(
+                    f"checkpointed replay field {name!r} is {values.dtype}{values.shape}, "
+                    f"expected {array.dtype}{(size, *self.fields[name][0])}"
+                )
             array[:size] = values
         self._size, self._cursor = size, cursor

@@ -89,8 +89,10 @@ class SumTree:
         """The leaves only (no copy); the inner nodes are rebuilt on load."""
         import torch  # the learner checkpoints; actors and shards need no torch
 
-        return {"leaves": torch.from_numpy(self._nodes[self._leaf0 : self._leaf0 + self.capacity]),
-                "max_priority": self.max_priority}
+        return {
+            "leaves": torch.from_numpy(self._nodes[self._leaf0 : self._leaf0 + self.capacity]),
+            "max_priority": self.max_priority,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         leaves = state["leaves"].numpy()

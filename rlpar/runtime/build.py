@@ -26,8 +26,9 @@ from rlpar.runtime.trainer import Trainer
 log = logging.getLogger("rlpar")
 
 
-def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None = "auto",
-                      probe: EnvProbe | None = None) -> tuple[PolicySpec | MultiAgentSpec, bool]:
+def probe_policy_spec(
+    env_spec, make_spec, *, normalize_obs: bool | str | None = "auto", probe: EnvProbe | None = None
+) -> tuple[PolicySpec | MultiAgentSpec, bool]:
     """The network matching the spaces of `env_spec`'s environments, read from `probe` (validation's
     probe of the same spec) or from one environment built here (`make_spec`: the model group,
     instantiated partially), and whether its observations are a Box vector: `auto` reward
@@ -38,7 +39,9 @@ def probe_policy_spec(env_spec, make_spec, *, normalize_obs: bool | str | None =
         probe = probe_env(env_spec, steps=0)
     if probe.problem:
         raise ConfigError([probe.problem])
-    options = {} if normalize_obs is None else {"normalize_obs": probe.whitened if normalize_obs == "auto" else normalize_obs}
+    options = (
+        {} if normalize_obs is None else {"normalize_obs": probe.whitened if normalize_obs == "auto" else normalize_obs}
+    )
     try:
         if probe.agents is not None:  # a PettingZoo environment: a policy per agent group
             return MultiAgentSpec.from_layout(probe.agents, make_spec, **options), probe.vector_observations
@@ -70,9 +73,12 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     algo = container["algo"]
     algo_cls: Any = get_class(algo["_target_"])  # an Algorithm subclass: its class attributes are read
     env_spec = resolve_env_spec(**container["env"], centralised_critic=getattr(algo_cls, "centralised_critic", False))
-    policy_spec, box_observations = probe_policy_spec(env_spec, instantiate(cfg.model, _partial_=True, _convert_="all"),
-                                                      probe=env_probe,
-                                                      normalize_obs=container["model"].get("normalize_obs"))
+    policy_spec, box_observations = probe_policy_spec(
+        env_spec,
+        instantiate(cfg.model, _partial_=True, _convert_="all"),
+        probe=env_probe,
+        normalize_obs=container["model"].get("normalize_obs"),
+    )
 
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
     sampler = make_sampler(
@@ -93,17 +99,27 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
     if algo_cfg.get("normalize_rewards") == "auto":
         algo_cfg.normalize_rewards = box_observations
-    make_algorithm = partial(instantiate(algo_cfg, _partial_=True, _convert_="all"), policy_spec=policy_spec,
-                             total_steps=container["total_steps"], seed=container["seed"],
-                             device=container["hardware"]["device"])
+    make_algorithm = partial(
+        instantiate(algo_cfg, _partial_=True, _convert_="all"),
+        policy_spec=policy_spec,
+        total_steps=container["total_steps"],
+        seed=container["seed"],
+        device=container["hardware"]["device"],
+    )
     try:
         algorithm = make_algorithm(sampler=sampler)
         if container["learners"] > 1:
             group = container["learner_group"]
-            algorithm.use_learner_group(sampler.start_learner_group(
-                make_algorithm=partial(make_algorithm, sampler=None), world_size=container["learners"],
-                seed=container["seed"], torch_threads=container["hardware"]["torch_threads"],
-                timeout_s=group["timeout_s"], max_restarts=group["max_restarts"]))
+            algorithm.use_learner_group(
+                sampler.start_learner_group(
+                    make_algorithm=partial(make_algorithm, sampler=None),
+                    world_size=container["learners"],
+                    seed=container["seed"],
+                    torch_threads=container["hardware"]["torch_threads"],
+                    timeout_s=group["timeout_s"],
+                    max_restarts=group["max_restarts"],
+                )
+            )
     except BaseException:
         sampler.close()  # its workers and Ray actors must not outlive a failed build
         raise

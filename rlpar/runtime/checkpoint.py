@@ -46,16 +46,24 @@ class Checkpointer:
         if found is None and not damaged:
             return [f"resume: '{resume}' has no checkpoint to resume from (checkpoints/ is empty or missing)"]
         if found is None:
-            return [f"resume: '{resume}' cannot be resumed: its {len(damaged)} checkpoint(s) are all damaged/unreadable "
-                    f"(newest: {damaged[0][1]})"]
-        if isinstance(found[1].get("config"), dict) and (changed := config_mismatches(config.resolved(), found[1]["config"])):
-            return [f"resume: {Path(str(resume)) / 'config.yaml'} no longer matches {found[0].name}, whose weights and "
-                    f"environments were made with another config: {'; '.join(changed)}. Put those values back, or train "
-                    f"them as a new run (a new run_dir)"]
+            return [
+                f"resume: '{resume}' cannot be resumed: its {len(damaged)} checkpoint(s) are all damaged/unreadable "
+                f"(newest: {damaged[0][1]})"
+            ]
+        if isinstance(found[1].get("config"), dict) and (
+            changed := config_mismatches(config.resolved(), found[1]["config"])
+        ):
+            return [
+                f"resume: {Path(str(resume)) / 'config.yaml'} no longer matches {found[0].name}, whose weights and "
+                f"environments were made with another config: {'; '.join(changed)}. Put those values back, or train "
+                f"them as a new run (a new run_dir)"
+            ]
         if config.get("resume_envs") is not False and (untrusted := untrusted_pickles(found[1])):
-            return [f"resume: {found[0].name} holds environment state this user did not write ({untrusted[0]}); nothing "
-                    f"of it was unpickled. To resume without it (same weights, optimiser and counters, fresh "
-                    f"environments): python main.py resume={resume} resume_envs=false"]
+            return [
+                f"resume: {found[0].name} holds environment state this user did not write ({untrusted[0]}); nothing "
+                f"of it was unpickled. To resume without it (same weights, optimiser and counters, fresh "
+                f"environments): python main.py resume={resume} resume_envs=false"
+            ]
         return []
 
     def __init__(self, *, run_dir: str, every: int = 20, keep: int = 3):
@@ -168,7 +176,9 @@ def _oversized_tensor(value, limit: int, where: str = "") -> str | None:
         items = enumerate(value)
     else:
         return None
-    return next(filter(None, (_oversized_tensor(item, limit, f"{where}.{key}".lstrip(".")) for key, item in items)), None)
+    return next(
+        filter(None, (_oversized_tensor(item, limit, f"{where}.{key}".lstrip(".")) for key, item in items)), None
+    )
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -179,8 +189,10 @@ def load_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint '{path}' cannot be read ({_short_reason(err)})") from err
     file_size = os.path.getsize(path)
     if oversized := _oversized_tensor(state, file_size):
-        raise CheckpointError(f"checkpoint '{path}' cannot be used (a tensor larger than the whole {file_size:,}-byte "
-                              f"file, {oversized}: the file is damaged)")
+        raise CheckpointError(
+            f"checkpoint '{path}' cannot be used (a tensor larger than the whole {file_size:,}-byte "
+            f"file, {oversized}: the file is damaged)"
+        )
     try:
         _verify_checksums(state)
     except CheckpointError as err:

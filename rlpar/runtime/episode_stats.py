@@ -30,7 +30,12 @@ class EpisodeStats:
         return sum(self.lengths) / len(self.lengths) if self.lengths else None
 
     def state_dict(self) -> dict:
-        return {"returns": list(self.returns), "lengths": list(self.lengths), "episodes": self.episodes, "best_mean": self.best_mean}
+        return {
+            "returns": list(self.returns),
+            "lengths": list(self.lengths),
+            "episodes": self.episodes,
+            "best_mean": self.best_mean,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.returns = deque(state["returns"], maxlen=self.window)

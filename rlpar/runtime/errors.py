@@ -17,5 +17,13 @@ class CheckpointWriteError(CheckpointError):
 
 
 # A run stops on these with a final checkpoint where one can still be written, and one line.
-TRAINING_STOPS = (NonFiniteLossError, NonFiniteObservationError, WorkerPoolError, CheckpointWriteError, RunDirError,
-                  EnvironmentFailedError, RayInstanceLostError, LearnerGroupError)
+TRAINING_STOPS = (
+    NonFiniteLossError,
+    NonFiniteObservationError,
+    WorkerPoolError,
+    CheckpointWriteError,
+    RunDirError,
+    EnvironmentFailedError,
+    RayInstanceLostError,
+    LearnerGroupError,
+)

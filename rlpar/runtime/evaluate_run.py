@@ -41,9 +41,18 @@ class EvaluateError(Exception):
         self.exit_code = exit_code
 
 
-def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int = 1, seed: int | None = None,
-                 tensorboard: bool = True, wandb: bool | None = None, max_steps: int = 100_000,
-                 trust: bool = False, stochastic: bool = False) -> dict:
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    episodes: int = 10,
+    video_episodes: int = 1,
+    seed: int | None = None,
+    tensorboard: bool = True,
+    wandb: bool | None = None,
+    max_steps: int = 100_000,
+    trust: bool = False,
+    stochastic: bool = False,
+) -> dict:
     """Evaluate the newest checkpoint of `run_dir` for `episodes` episodes, recording the first
     `video_episodes` of them; returns the metrics, per-episode returns, checkpoint and video paths,
     and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it. The code that
@@ -58,39 +67,64 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     config = _run_config(run_dir)
     checkpoint, state = _newest_checkpoint(run_dir)
     if not trust and (why := unsigned_code(run_dir, config)):
-        raise EvaluateError(f"'{run_dir}': its config.yaml names code to import that this user's key did not sign: "
-                            f"{why}; nothing was imported. If you trust that directory: rlpar evaluate {run_dir} --trust")
+        raise EvaluateError(
+            f"'{run_dir}': its config.yaml names code to import that this user's key did not sign: "
+            f"{why}; nothing was imported. If you trust that directory: rlpar evaluate {run_dir} --trust"
+        )
     wandb_options = (config.get("logger") or {}).get("wandb")
     use_wandb = bool(wandb or (wandb is None and wandb_options))
-    _refuse_links(run_dir, [EVALUATIONS_FILE, *([VIDEO_DIR] if video_episodes > 0 else []),
-                            *([TENSORBOARD_DIR] if tensorboard else []), *(["wandb"] if use_wandb else [])])
+    _refuse_links(
+        run_dir,
+        [
+            EVALUATIONS_FILE,
+            *([VIDEO_DIR] if video_episodes > 0 else []),
+            *([TENSORBOARD_DIR] if tensorboard else []),
+            *(["wandb"] if use_wandb else []),
+        ],
+    )
     try:
-        env_spec, policy_spec, weights, seed, iteration, env_steps = _what_to_evaluate(run_dir, config, checkpoint, state, seed)
+        env_spec, policy_spec, weights, seed, iteration, env_steps = _what_to_evaluate(
+            run_dir, config, checkpoint, state, seed
+        )
     except (EvaluateError, ImportError):  # the latter: rlpar's own, as the user's code is checked first
         raise
     except Exception as err:  # a value of config.yaml or the checkpoint that building fails on, in any of many ways
-        raise EvaluateError(f"'{run_dir}' cannot be evaluated: its config.yaml or {checkpoint.name} holds what cannot "
-                            f"be used ({type(err).__name__}: {first_line(err)})") from None
+        raise EvaluateError(
+            f"'{run_dir}' cannot be evaluated: its config.yaml or {checkpoint.name} holds what cannot "
+            f"be used ({type(err).__name__}: {first_line(err)})"
+        ) from None
 
     prefix = f"{checkpoint.stem}-seed{seed}"
     video_dir = run_dir / VIDEO_DIR
     notes = []
     if video_episodes > 0 and not _moviepy_installed():  # an optional extra: the returns do not need it
-        notes.append("rlpar: evaluate: no video (MoviePy is not installed: pip install 'rlpar[video]'; "
-                     "--no-video skips videos without this note)")
+        notes.append(
+            "rlpar: evaluate: no video (MoviePy is not installed: pip install 'rlpar[video]'; "
+            "--no-video skips videos without this note)"
+        )
         video_episodes = 0
     record = _video_recorder(video_dir, prefix, video_episodes) if video_episodes > 0 else None
     per_episode: list = []
     try:
-        metrics = evaluate_policy(weights, policy_spec=policy_spec, env_spec=env_spec, num_episodes=episodes,
-                                  seed=seed, max_steps=max_steps, render_mode="rgb_array" if record else None,
-                                  wrap_env=record, episodes=per_episode, stochastic=stochastic)
+        metrics = evaluate_policy(
+            weights,
+            policy_spec=policy_spec,
+            env_spec=env_spec,
+            num_episodes=episodes,
+            seed=seed,
+            max_steps=max_steps,
+            render_mode="rgb_array" if record else None,
+            wrap_env=record,
+            episodes=per_episode,
+            stochastic=stochastic,
+        )
     except BaseException as err:
         if record:  # what was recorded before the failure, possibly a file cut off mid-write
             _remove_videos(video_dir, prefix)
         if record and isinstance(err, TypeError) and "render_mode" in str(err):  # a user's class without render_mode
-            raise EvaluateError(f"the environment cannot render frames for a video ({first_line(err)}): "
-                                f"pass --no-video", 1) from None
+            raise EvaluateError(
+                f"the environment cannot render frames for a video ({first_line(err)}): pass --no-video", 1
+            ) from None
         raise
     returns = [float(r) for r, _ in per_episode]
     lengths = [int(n) for _, n in per_episode]
@@ -101,9 +135,19 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     if record and any(length >= MAX_VIDEO_FRAMES for length in lengths[:video_episodes]):
         notes.append(f"rlpar: evaluate: videos show an episode's first {MAX_VIDEO_FRAMES} frames at most")
 
-    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "evaluate", "checkpoint": checkpoint.name,
-           "iteration": iteration, "env_steps": env_steps, "seed": seed, "policy": policy_kind(stochastic), **metrics, "returns": returns, "lengths": lengths,
-           "videos": [str(v.relative_to(run_dir)) for v in videos]}
+    row = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "source": "evaluate",
+        "checkpoint": checkpoint.name,
+        "iteration": iteration,
+        "env_steps": env_steps,
+        "seed": seed,
+        "policy": policy_kind(stochastic),
+        **metrics,
+        "returns": returns,
+        "lengths": lengths,
+        "videos": [str(v.relative_to(run_dir)) for v in videos],
+    }
     _append_line(run_dir / EVALUATIONS_FILE, json.dumps(row))
     scalars = {tag_for(k): float(v) for k, v in metrics.items() if k != "eval_episodes"}
     first_video = videos[0] if videos else None
@@ -114,14 +158,28 @@ def evaluate_run(run_dir: str | Path, *, episodes: int = 10, video_episodes: int
     if use_wandb:
         from rlpar.logging.video import log_to_wandb
 
-        log_to_wandb(run_dir, config, dict(wandb_options or {}), step=env_steps, scalars=scalars,
-                     video=first_video, name=f"evaluate-{prefix}")
+        log_to_wandb(
+            run_dir,
+            config,
+            dict(wandb_options or {}),
+            step=env_steps,
+            scalars=scalars,
+            video=first_video,
+            name=f"evaluate-{prefix}",
+        )
 
     shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
-    summary = (f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
-               f"{episodes} {policy_kind(stochastic)} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})")
-    return {**row, "videos": [str(v) for v in videos], "checkpoint_path": str(checkpoint), "summary": summary,
-            "notes": notes}
+    summary = (
+        f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
+        f"{episodes} {policy_kind(stochastic)} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})"
+    )
+    return {
+        **row,
+        "videos": [str(v) for v in videos],
+        "checkpoint_path": str(checkpoint),
+        "summary": summary,
+        "notes": notes,
+    }
 
 
 def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None):
@@ -134,8 +192,10 @@ def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict
     # the network still fits its spaces; the network's own settings may not.
     trained_with = state.get("config") if isinstance(state.get("config"), dict) else None
     if trained_with is not None and (changed := config_mismatches(config, trained_with, sections=("model",))):
-        raise EvaluateError(f"{run_dir / 'config.yaml'} no longer matches {checkpoint.name}, whose network was made "
-                            f"with another config: {'; '.join(changed)}; put those values back")
+        raise EvaluateError(
+            f"{run_dir / 'config.yaml'} no longer matches {checkpoint.name}, whose network was made "
+            f"with another config: {'; '.join(changed)}; put those values back"
+        )
     env_spec = resolve_env_spec(**config["env"], centralised_critic=_centralised_critic(config))
     problem = check_env_exists(env_spec)
     if problem:
@@ -149,8 +209,9 @@ def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict
     if misfit := _weights_misfit(policy_spec, weights):
         changed = config_mismatches(config, trained_with, sections=("env",)) if trained_with is not None else []
         why = f" (config.yaml changed {'; '.join(changed)})" if changed else ""
-        raise EvaluateError(f"{checkpoint.name}'s network does not fit {env_spec.id or env_spec.entry_point}'s "
-                            f"spaces{why}: {misfit}")
+        raise EvaluateError(
+            f"{checkpoint.name}'s network does not fit {env_spec.id or env_spec.entry_point}'s spaces{why}: {misfit}"
+        )
     seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
     iteration, env_steps = int(state["iteration"]), int(state["env_steps"])
     return env_spec, policy_spec, weights, seed, iteration, env_steps
@@ -162,7 +223,9 @@ def _run_config(run_dir: Path) -> dict:
     if not run_dir.exists():
         raise EvaluateError(f"'{run_dir}' does not exist")
     if not run_dir.is_dir():
-        raise EvaluateError(f"'{run_dir}' is a file; give the run directory (the one holding config.yaml and checkpoints/)")
+        raise EvaluateError(
+            f"'{run_dir}' is a file; give the run directory (the one holding config.yaml and checkpoints/)"
+        )
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise EvaluateError(f"'{run_dir}' is not an rlpar run directory (it has no config.yaml)")
@@ -170,7 +233,11 @@ def _run_config(run_dir: Path) -> dict:
         config = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise EvaluateError(f"'{path}' cannot be read ({type(err).__name__})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("env"), dict) or not isinstance(config.get("model"), dict):
+    if (
+        not isinstance(config, dict)
+        or not isinstance(config.get("env"), dict)
+        or not isinstance(config.get("model"), dict)
+    ):
         raise EvaluateError(f"'{path}' is not an rlpar run's config (no env and model sections)")
     if config.get("search"):
         raise EvaluateError(f"'{run_dir}' is a search; evaluate one of its trials: {run_dir / 'trials'}/<trial>")
@@ -185,8 +252,9 @@ def _newest_checkpoint(run_dir: Path):
     if found is None and not damaged:
         raise EvaluateError(f"'{run_dir}' has no checkpoint to evaluate (checkpoints/ is empty or missing)")
     if found is None:
-        raise EvaluateError(f"'{run_dir}': its {len(damaged)} checkpoint(s) are all damaged or unreadable "
-                            f"(newest: {damaged[0][1]})")
+        raise EvaluateError(
+            f"'{run_dir}': its {len(damaged)} checkpoint(s) are all damaged or unreadable (newest: {damaged[0][1]})"
+        )
     for path, reason in damaged:
         print(f"rlpar: skipped checkpoint {path.name} ({reason}); evaluating {found[0].name}", flush=True)
     return found
@@ -213,8 +281,11 @@ def _policy_spec(config: dict, env_spec):
 
     model = config["model"]
     try:
-        spec, _ = probe_policy_spec(env_spec, instantiate(OmegaConf.create(model), _partial_=True, _convert_="all"),
-                                    normalize_obs=model.get("normalize_obs"))
+        spec, _ = probe_policy_spec(
+            env_spec,
+            instantiate(OmegaConf.create(model), _partial_=True, _convert_="all"),
+            normalize_obs=model.get("normalize_obs"),
+        )
     except ConfigError as err:
         raise EvaluateError("; ".join(err.problems)) from None
     return spec
@@ -227,8 +298,10 @@ def _weights_misfit(policy_spec, weights: dict) -> str | None:
     if expected == got:
         return None
     differing = sorted(name for name in expected.keys() | got.keys() if expected.get(name) != got.get(name))
-    return "; ".join(f"{name}: checkpoint {got.get(name, 'absent')}, network {expected.get(name, 'absent')}"
-                     for name in differing[:3]) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
+    return "; ".join(
+        f"{name}: checkpoint {got.get(name, 'absent')}, network {expected.get(name, 'absent')}"
+        for name in differing[:3]
+    ) + (f" and {len(differing) - 3} more" if len(differing) > 3 else "")
 
 
 def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):
@@ -242,12 +315,21 @@ def _video_recorder(video_dir: Path, prefix: str, video_episodes: int):
     def record(env):
         if env.render_mode != "rgb_array":
             modes = env.metadata.get("render_modes") or []
-            raise EvaluateError(f"the environment cannot render frames for a video (render_mode "
-                                f"{env.render_mode!r}; it offers {modes}): pass --no-video", 1)
+            raise EvaluateError(
+                f"the environment cannot render frames for a video (render_mode "
+                f"{env.render_mode!r}; it offers {modes}): pass --no-video",
+                1,
+            )
         with warnings.catch_warnings():  # "Overwriting existing videos": only this prefix's, removed above
             warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-            return EpisodeVideos(env, str(video_dir), episode_trigger=lambda episode: episode < video_episodes,
-                                 video_length=MAX_VIDEO_FRAMES - 1, name_prefix=prefix, disable_logger=True)
+            return EpisodeVideos(
+                env,
+                str(video_dir),
+                episode_trigger=lambda episode: episode < video_episodes,
+                video_length=MAX_VIDEO_FRAMES - 1,
+                name_prefix=prefix,
+                disable_logger=True,
+            )
 
     return record
 
@@ -285,8 +367,10 @@ def _refuse_links(run_dir: Path, names: list[str]) -> None:
     for name in names:
         if (run_dir / name).is_symlink():
             kind = "file" if name == EVALUATIONS_FILE else "folder"
-            raise EvaluateError(f"'{run_dir / name}' is a symbolic link; rlpar evaluate writes into a run directory "
-                                f"only, never through a link (replace it with a {kind})")
+            raise EvaluateError(
+                f"'{run_dir / name}' is a symbolic link; rlpar evaluate writes into a run directory "
+                f"only, never through a link (replace it with a {kind})"
+            )
 
 
 def _append_line(path: Path, line: str) -> None:

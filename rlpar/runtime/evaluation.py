@@ -21,10 +21,19 @@ ACTION_NOISE_STREAM = 1  # a stochastic episode's action noise: its own stream b
 EVAL_EPSILON = 0.05  # a Q-network's stochastic evaluation: ε-greedy at the ε Mnih et al. (2015) evaluated with
 
 
-def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec, num_episodes: int, seed: int,
-                    max_steps: int = 100_000, render_mode: str | None = None,
-                    wrap_env: Callable[[gym.Env], gym.Env] | None = None, episodes: list | None = None,
-                    stochastic: bool = False) -> dict:
+def evaluate_policy(
+    weights: dict,
+    *,
+    policy_spec: PolicySpec,
+    env_spec: EnvSpec,
+    num_episodes: int,
+    seed: int,
+    max_steps: int = 100_000,
+    render_mode: str | None = None,
+    wrap_env: Callable[[gym.Env], gym.Env] | None = None,
+    episodes: list | None = None,
+    stochastic: bool = False,
+) -> dict:
     """Greedy actions (argmax or Gaussian mean), or with `stochastic` actions drawn as the policy
     draws them in training (its distribution; a Q-network's ε-greedy, at EVAL_EPSILON whether the
     weights come from a checkpoint or from training, whose ε is a schedule's),
@@ -62,10 +71,17 @@ def evaluate_policy(weights: dict, *, policy_spec: PolicySpec, env_spec: EnvSpec
             while not done and steps < max_steps:
                 rows = flatten(concatenate(space, [obs], batch))
                 x = policy.normalize(rows.reshape(agents, -1) if agents else rows)
-                noise = None if noise_rng is None else draw_noise(noise_rng, policy_spec.action, len(x)).astype(
-                    getattr(policy, "dtype", np.float64) if policy_spec.action.discrete else np.float32, copy=False)
+                noise = (
+                    None
+                    if noise_rng is None
+                    else draw_noise(noise_rng, policy_spec.action, len(x)).astype(
+                        getattr(policy, "dtype", np.float64) if policy_spec.action.discrete else np.float32, copy=False
+                    )
+                )
                 action, _, _ = policy.act(x, noise, state)  # advances `state`
-                obs, reward, terminated, truncated, _ = env.step(mapper.to_env(action) if agents else mapper.to_env(action)[0])
+                obs, reward, terminated, truncated, _ = env.step(
+                    mapper.to_env(action) if agents else mapper.to_env(action)[0]
+                )
                 total += float(reward)
                 steps += 1
                 done = terminated or truncated
@@ -94,8 +110,11 @@ def checkpoint_policy_weights(algorithm_state: dict) -> dict:
     learner's model, or the parameter server's (A3C and async DQN outside shared memory), or
     every policy's of a multi-agent algorithm (a section each, rlpar.algos.mappo)."""
     if "policies" in algorithm_state:
-        return {f"{POLICY_PREFIX}{name}.{key}": value for name, section in algorithm_state["policies"].items()
-                for key, value in checkpoint_policy_weights(section).items()}
+        return {
+            f"{POLICY_PREFIX}{name}.{key}": value
+            for name, section in algorithm_state["policies"].items()
+            for key, value in checkpoint_policy_weights(section).items()
+        }
     model = algorithm_state.get("model")
     if model is None:
         model = (algorithm_state.get("server") or {}).get("model")

@@ -36,9 +36,13 @@ def config_for_resume(cfg: DictConfig, overridden_keys: list[str] | None = None)
     if trusted not in (True, False):
         raise ConfigError([f"resume_trust: {trusted!r} is not one of True, False"])
     if not trusted and (why := unsigned_code(run_dir, cast(dict, OmegaConf.to_container(saved, resolve=False)))):
-        raise ConfigError([f"resume: '{run_dir}': its config.yaml names code to import that this user's key did not "
-                           f"sign: {why}; nothing was imported. If you trust that directory: python main.py "
-                           f"resume={run_dir} resume_trust=true"])
+        raise ConfigError(
+            [
+                f"resume: '{run_dir}': its config.yaml names code to import that this user's key did not "
+                f"sign: {why}; nothing was imported. If you trust that directory: python main.py "
+                f"resume={run_dir} resume_trust=true"
+            ]
+        )
     with open_dict(saved):
         saved.resume = str(run_dir)
         saved.run_dir = str(run_dir)
@@ -62,6 +66,7 @@ def _load_saved_config(path: Path) -> DictConfig:
 def _overridden_keys() -> list[str]:
     if not HydraConfig.initialized():
         return []
-    task = cast(list[str], OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False))  # `x=${y}` stays text
+    task = cast(
+        list[str], OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+    )  # `x=${y}` stays text
     return [o.split("=", 1)[0].lstrip("+~") for o in task]
-

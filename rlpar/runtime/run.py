@@ -65,9 +65,11 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
     except OSError as err:
         raise RunDirError(f"cannot write to run directory {run_dir} ({err.strerror or err})") from err
     if checkpoint is not None and int(checkpoint["env_steps"]) >= int(cfg.total_steps):
-        print(f"rlpar: {run_dir} is already finished: {int(checkpoint['env_steps']):,} of {int(cfg.total_steps):,} "
-              f"env steps (iteration {int(checkpoint['iteration'])}); to train on, resume with a larger total_steps",
-              flush=True)
+        print(
+            f"rlpar: {run_dir} is already finished: {int(checkpoint['env_steps']):,} of {int(cfg.total_steps):,} "
+            f"env steps (iteration {int(checkpoint['iteration'])}); to train on, resume with a larger total_steps",
+            flush=True,
+        )
         return {}
     trainer = build_trainer(cfg, env_probe=env_probe)
     startup.mark("building the learner and starting the workers")
@@ -83,9 +85,16 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
             "\nstopping after this iteration (interrupt again to stop at once, without a checkpoint)",
             second_stops_at_once=True,
         )
-        print(budget_line(total_steps=trainer.total_steps, done_steps=trainer.env_steps,
-                          frames_per_step=trainer.frames_per_step, time_limit_s=trainer.time_limit_s,
-                          advice=_layout_advice(cfg, trainer.env_spec)), flush=True)
+        print(
+            budget_line(
+                total_steps=trainer.total_steps,
+                done_steps=trainer.env_steps,
+                frames_per_step=trainer.frames_per_step,
+                time_limit_s=trainer.time_limit_s,
+                advice=_layout_advice(cfg, trainer.env_spec),
+            ),
+            flush=True,
+        )
         try:
             with interrupts:
                 final = trainer.fit(should_stop=lambda: interrupts.requested)
@@ -97,18 +106,30 @@ def _locked_run(cfg: DictConfig, run_dir: Path, env_probe) -> dict:
             # stop every worker. Not after a second Ctrl-C: that stops mid-iteration, where the
             # state is half of one iteration and half of the next.
             if interrupts.forced:
-                print(f"\nstopped during iteration {trainer.iteration + 1}, without a checkpoint "
-                      f"(continue from the newest one with resume={run_dir})", flush=True)
-            elif (trainer.checkpointer is not None and trainer.iteration > 0
-                  and not isinstance(stop, (CheckpointWriteError, run_lock.RunDirLostError))):
+                print(
+                    f"\nstopped during iteration {trainer.iteration + 1}, without a checkpoint "
+                    f"(continue from the newest one with resume={run_dir})",
+                    flush=True,
+                )
+            elif (
+                trainer.checkpointer is not None
+                and trainer.iteration > 0
+                and not isinstance(stop, (CheckpointWriteError, run_lock.RunDirLostError))
+            ):
                 path = trainer.save()
                 why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped"
-                print(f"\n{why} at iteration {trainer.iteration}: checkpoint {path} "
-                      f"(continue with resume={run_dir})", flush=True)
+                print(
+                    f"\n{why} at iteration {trainer.iteration}: checkpoint {path} (continue with resume={run_dir})",
+                    flush=True,
+                )
             raise
         if cfg.get("eval_episodes", 0):
-            final = {**final, **final_evaluation(trainer, run_dir, int(cfg.eval_episodes),
-                                                 stochastic=bool(cfg.get("eval_stochastic", False)))}
+            final = {
+                **final,
+                **final_evaluation(
+                    trainer, run_dir, int(cfg.eval_episodes), stochastic=bool(cfg.get("eval_stochastic", False))
+                ),
+            }
         if trainer.logger is not None:
             trainer.logger.log_hparams(_flat_hparams(resolved_config(cfg)), final)
         if trainer.progress is not None:
@@ -134,8 +155,12 @@ def _layout_advice(cfg: DictConfig, env_spec) -> str | None:
     ray = cfg.get("ray") or {}
     try:
         return oversubscribed_ray_advice(
-            sampler=cfg.parallel.get("name"), workers=int(cfg.workers), env_name=env_spec.id or env_spec.entry_point,
-            cores=None if ray.get("address") else int(ray.get("num_cpus") or os.cpu_count() or 0), step_cpu_s=measure_step)
+            sampler=cfg.parallel.get("name"),
+            workers=int(cfg.workers),
+            env_name=env_spec.id or env_spec.entry_point,
+            cores=None if ray.get("address") else int(ray.get("num_cpus") or os.cpu_count() or 0),
+            step_cpu_s=measure_step,
+        )
     except Exception:  # noqa: BLE001 - advice only: an environment that fails here is reported by training
         return None
 
@@ -152,15 +177,25 @@ def final_evaluation(trainer, run_dir: Path, episodes: int, *, stochastic: bool 
 
     per_episode: list = []
     metrics = trainer.evaluate(episodes, episodes=per_episode, stochastic=stochastic)
-    row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "source": "training", "iteration": trainer.iteration,
-           "env_steps": trainer.env_steps, "seed": trainer.seed + EVAL_SEED_OFFSET, "policy": policy_kind(stochastic), **metrics,
-           "returns": [float(r) for r, _ in per_episode], "lengths": [int(n) for _, n in per_episode]}
+    row = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "source": "training",
+        "iteration": trainer.iteration,
+        "env_steps": trainer.env_steps,
+        "seed": trainer.seed + EVAL_SEED_OFFSET,
+        "policy": policy_kind(stochastic),
+        **metrics,
+        "returns": [float(r) for r, _ in per_episode],
+        "lengths": [int(n) for _, n in per_episode],
+    }
     try:
         with open(run_dir / EVALUATIONS_FILE, "a") as handle:
             handle.write(json.dumps(row) + "\n")
     except OSError as err:
-        print(f"rlpar: the final evaluation was not written to {run_dir / EVALUATIONS_FILE} ({err.strerror or err})",
-              flush=True)
+        print(
+            f"rlpar: the final evaluation was not written to {run_dir / EVALUATIONS_FILE} ({err.strerror or err})",
+            flush=True,
+        )
     return metrics
 
 
@@ -172,10 +207,19 @@ def _newest_usable_checkpoint(run_dir: Path) -> dict:
     path, state = found
     for damaged, reason in skipped:
         kept_as = set_aside(damaged)
-        print(f"rlpar: skipped checkpoint {damaged.name} ({reason}); resuming from {path.name} "
-              f"(the damaged file is kept as {kept_as.name})", flush=True)
-        record_event(run_dir, "checkpoint_skipped", checkpoint=damaged.name, reason=str(reason),
-                     resumed_from=path.name, kept_as=kept_as.name)
+        print(
+            f"rlpar: skipped checkpoint {damaged.name} ({reason}); resuming from {path.name} "
+            f"(the damaged file is kept as {kept_as.name})",
+            flush=True,
+        )
+        record_event(
+            run_dir,
+            "checkpoint_skipped",
+            checkpoint=damaged.name,
+            reason=str(reason),
+            resumed_from=path.name,
+            kept_as=kept_as.name,
+        )
     return state
 
 

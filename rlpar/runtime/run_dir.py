@@ -65,7 +65,11 @@ def code_references(config: dict) -> dict[str, object]:
     for key in CODE_KEYS:
         named[key] = env.get(key.split(".", 1)[1])
     env_id = env.get("id")
-    if env.get("kind") == "pettingzoo" or (isinstance(env_id, str) and ":" in env_id) or not isinstance(env_id, (str, type(None))):
+    if (
+        env.get("kind") == "pettingzoo"
+        or (isinstance(env_id, str) and ":" in env_id)
+        or not isinstance(env_id, (str, type(None)))
+    ):
         named["env.id"] = env_id
     return named
 
@@ -97,8 +101,9 @@ def unsigned_code(run_dir: Path, config: dict) -> str | None:
     changed = [key for key in sorted(named.keys() | expected.keys()) if named.get(key) != expected.get(key)]
     if changed:
         key = changed[0]
-        return (f"{key} is {named.get(key)!r} where the signed copy has {expected.get(key)!r}"
-                + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""))
+        return f"{key} is {named.get(key)!r} where the signed copy has {expected.get(key)!r}" + (
+            f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        )
     return None
 
 

@@ -26,10 +26,26 @@ from rlpar.errors import RunDirError
 
 HOLDER_FILE = ".rlpar.lock"
 # What rlpar writes into a run directory: a directory holding only these (and config.yaml) holds a run.
-RUN_FILES = frozenset({
-    "config.yaml", "config.signed.json", "metrics.jsonl", "main.log", "events.jsonl", "checkpoints", "tensorboard",
-    "wandb", "videos", "evaluations.jsonl", "trials", "tune", "search.csv", "best.yaml", "search_command.json", HOLDER_FILE,
-})
+RUN_FILES = frozenset(
+    {
+        "config.yaml",
+        "config.signed.json",
+        "metrics.jsonl",
+        "main.log",
+        "events.jsonl",
+        "checkpoints",
+        "tensorboard",
+        "wandb",
+        "videos",
+        "evaluations.jsonl",
+        "trials",
+        "tune",
+        "search.csv",
+        "best.yaml",
+        "search_command.json",
+        HOLDER_FILE,
+    }
+)
 LISTED = 4  # entries named in a refusal
 
 _held: dict[Path, int] = {}  # run directories this process holds, with the locked directory's descriptor
@@ -59,9 +75,13 @@ def acquire(run_dir: str | Path, *, new_run: bool) -> None:
     if problem := _lock_problem(fd, directory, str(run_dir), new_run=new_run):
         os.close(fd)
         raise RunDirInUseError(problem)
-    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "command": " ".join(sys.argv),
-              "note": "the lock is held on this directory itself while that process lives; this file only names it"}
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": " ".join(sys.argv),
+        "note": "the lock is held on this directory itself while that process lives; this file only names it",
+    }
     try:
         (directory / HOLDER_FILE).write_text(json.dumps(holder) + "\n")
     except OSError:
@@ -88,8 +108,10 @@ def _lock_problem(fd: int, directory: Path, shown: str, *, new_run: bool) -> str
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        return (f"run directory {shown} is in use by {_describe_holder(directory)}; wait for that run to end, or "
-                f"choose another run_dir")
+        return (
+            f"run directory {shown} is in use by {_describe_holder(directory)}; wait for that run to end, or "
+            f"choose another run_dir"
+        )
     return _occupied(directory, shown) if new_run else None
 
 
@@ -116,8 +138,10 @@ def check_owner(run_dir: str | Path) -> None:
     directory = Path(run_dir).resolve()
     fd = _held.get(directory)
     if fd is not None and not _same_directory(directory, fd):
-        raise RunDirLostError(f"run directory {run_dir} was moved, replaced or removed during the run; stopped "
-                              f"rather than write where another run may now be")
+        raise RunDirLostError(
+            f"run directory {run_dir} was moved, replaced or removed during the run; stopped "
+            f"rather than write where another run may now be"
+        )
 
 
 def _same_directory(directory: Path, fd: int) -> bool:
@@ -135,10 +159,14 @@ def _occupied(directory: Path, shown: str) -> str | None:
         return None
     names = ", ".join(entries[:LISTED]) + (f" and {len(entries) - LISTED} more" if len(entries) > LISTED else "")
     if "config.yaml" in entries and {e.rstrip("/") for e in entries} <= RUN_FILES:
-        return (f"run directory {shown} already holds a run ({names}); continue it with resume={shown}, or give a "
-                f"new run_dir to start afresh")
-    return (f"run directory {shown} holds files rlpar did not write ({names}); a run writes only into a new or "
-            f"empty directory: give another run_dir")
+        return (
+            f"run directory {shown} already holds a run ({names}); continue it with resume={shown}, or give a "
+            f"new run_dir to start afresh"
+        )
+    return (
+        f"run directory {shown} holds files rlpar did not write ({names}); a run writes only into a new or "
+        f"empty directory: give another run_dir"
+    )
 
 
 def _describe_holder(directory: Path) -> str:

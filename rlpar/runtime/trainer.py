@@ -68,8 +68,12 @@ class Trainer:
         self._collapse_warned = False
         self.frames_per_step = frames_per_step(env_spec)  # Atari: emulator frames per agent step
         self.run_config = run_config
-        self.check_run_dir: Callable[[], None] | None = None  # called before each iteration's writes: is the run directory still ours?
-        self.release_run_dir: Callable[[], None] | None = None  # called by close(): the lock build_trainer took (not run()'s own)
+        self.check_run_dir: Callable[[], None] | None = (
+            None  # called before each iteration's writes: is the run directory still ours?
+        )
+        self.release_run_dir: Callable[[], None] | None = (
+            None  # called by close(): the lock build_trainer took (not run()'s own)
+        )
 
     @property
     def sampler(self):
@@ -110,9 +114,14 @@ class Trainer:
             "env_steps": self.env_steps,
             "wall_time_s": round(self.wall_time(), 4),
             "fps": step.env_steps / iteration_s,
-            **({"frames": self.env_steps * self.frames_per_step,
-                "frames_per_s": step.env_steps * self.frames_per_step / iteration_s}
-               if self.frames_per_step != 1 else {}),
+            **(
+                {
+                    "frames": self.env_steps * self.frames_per_step,
+                    "frames_per_s": step.env_steps * self.frames_per_step / iteration_s,
+                }
+                if self.frames_per_step != 1
+                else {}
+            ),
             "episodes": self.episodes.episodes,
             "episode_return_mean": self.episodes.mean_return,
             "episode_length_mean": self.episodes.mean_length,
@@ -150,9 +159,14 @@ class Trainer:
         if self._collapse_warned or std is None or std >= COLLAPSED_STD or self.env_steps > self.total_steps / 2:
             return
         self._collapse_warned = True
-        log.warning("the policy's exploration collapsed early: Gaussian std %.4f (actions scaled to [-1, 1]) after "
-                    "%d of %d env steps; it may have stopped exploring. Raise algo.entropy_coef or "
-                    "model.init_log_std, or normalise rewards (algo.reward_scale)", std, self.env_steps, self.total_steps)
+        log.warning(
+            "the policy's exploration collapsed early: Gaussian std %.4f (actions scaled to [-1, 1]) after "
+            "%d of %d env steps; it may have stopped exploring. Raise algo.entropy_coef or "
+            "model.init_log_std, or normalise rewards (algo.reward_scale)",
+            std,
+            self.env_steps,
+            self.total_steps,
+        )
 
     def fit(self, should_stop=lambda: False) -> dict:
         """Train until `total_steps`, then checkpoint; returns the last iteration's metrics.
@@ -201,7 +215,10 @@ class Trainer:
         return evaluate_policy(
             self.algorithm.policy_weights(),
             policy_spec=self.algorithm.policy_spec,
-            env_spec=self.env_spec, num_episodes=num_episodes, seed=self.seed + EVAL_SEED_OFFSET, episodes=episodes,
+            env_spec=self.env_spec,
+            num_episodes=num_episodes,
+            seed=self.seed + EVAL_SEED_OFFSET,
+            episodes=episodes,
             stochastic=stochastic,
         )
 

@@ -16,8 +16,17 @@ class Worker(Protocol):
     `batch_layout` says which arrays its rollouts fill (a multiprocess sampler allocates them in
     shared memory)."""
 
-    def __init__(self, *, env_spec, policy_spec, num_envs: int, rollout_length: int, seed: int,
-                 first_env_index: int = 0, generation: int = 0): ...
+    def __init__(
+        self,
+        *,
+        env_spec,
+        policy_spec,
+        num_envs: int,
+        rollout_length: int,
+        seed: int,
+        first_env_index: int = 0,
+        generation: int = 0,
+    ): ...
 
     @staticmethod
     def batch_layout(policy_spec, T: int, N: int) -> dict: ...
@@ -68,18 +77,21 @@ class Sampler(ABC):
             problems.append(
                 f"parallel.inference: central needs workers that only step environments; algo={config.get('algo.name')}'s "
                 f"workers do more ({algorithm.get('worker_duties')}); use parallel.inference=worker, or algo="
-                f"{config.algorithms_with('central_inference', True)}")
+                f"{config.algorithms_with('central_inference', True)}"
+            )
         if algorithm.get("needs_ray") and not cls.uses_ray:  # the algorithm's actors or services are Ray actors
             instead = algorithm.get("without_ray")
             problems.append(
                 f"parallel: algo={config.get('algo.name')} runs its actors and replay shards as Ray actors, which "
                 f"parallel={config.get('parallel.name')} ({cls.__name__}) does not start; use parallel=distributed"
-                + (f", or algo={instead} (the learner's own replay, on every sampler)" if instead else ""))
+                + (f", or algo={instead} (the learner's own replay, on every sampler)" if instead else "")
+            )
         if not cls.uses_ray and config.get("ray.address"):  # silently training locally instead would surprise
             problems.append(
                 f"ray.address: {config.get('ray.address')!r} (hardware=cluster or ray.address) names a Ray cluster, but "
                 f"parallel={config.get('parallel.name')} ({cls.__name__}) uses no Ray; use parallel=distributed, or drop "
-                f"hardware=cluster and ray.address")
+                f"hardware=cluster and ray.address"
+            )
         return problems
 
     @property
@@ -108,8 +120,16 @@ class Sampler(ABC):
         """Checkpoint without environment state from now on (`reason`: why it cannot be
         pickled); a resume then starts fresh episodes."""
 
-    def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
-                      node_index: int | None = None, on_lost=None) -> Service:
+    def start_service(
+        self,
+        service_class,
+        *,
+        name: str,
+        settings: dict,
+        in_shared_memory=None,
+        node_index: int | None = None,
+        on_lost=None,
+    ) -> Service:
         """A side service for the algorithm (rlpar.sampling.services), placed where this
         sampler's layout puts it: here, in the learner's process, where a worker (in this process
         too) can call it. `settings`: `service_class`'s keyword arguments; a restart adds
@@ -117,7 +137,9 @@ class Sampler(ABC):
         where they are processes that share its memory (None: it stays in the learner's);
         `node_index`: on a cluster, the service runs on the node_index-th live node (mod their
         number). Stopped by `close`."""
-        service = InProcessService(start=built_here(service_class, settings), reachable=True, name=name, on_lost=on_lost)
+        service = InProcessService(
+            start=built_here(service_class, settings), reachable=True, name=name, on_lost=on_lost
+        )
         return self.keep_service(service)
 
     def keep_service(self, service: Service) -> Service:

@@ -135,8 +135,10 @@ class Batch:
             env_restarts=sum(b.env_restarts for b in batches),
             actor_idle_s=sum(b.actor_idle_s for b in batches),
             actor_busy_s=sum(b.actor_busy_s for b in batches),
-            extras={name: [entry for b in batches for entry in b.extras.get(name, [])]
-                    for name in dict.fromkeys(name for b in batches for name in b.extras)},
+            extras={
+                name: [entry for b in batches for entry in b.extras.get(name, [])]
+                for name in dict.fromkeys(name for b in batches for name in b.extras)
+            },
         )
 
     def columns(self, columns: np.ndarray, obs_width: int | None = None) -> Batch:
@@ -148,13 +150,21 @@ class Batch:
         arrays.update({name: getattr(self, name)[columns] for name in PER_ENV_FIELDS})
         arrays["obs"], arrays["last_obs"] = arrays["obs"][..., width], arrays["last_obs"][:, width]
         position = {int(c): i for i, c in enumerate(columns)}
-        episodes = [((t, position[c]), r, n) for (t, c), r, n in zip(self.episode_ends, self.episode_returns,
-                                                                      self.episode_lengths) if c in position]
+        episodes = [
+            ((t, position[c]), r, n)
+            for (t, c), r, n in zip(self.episode_ends, self.episode_returns, self.episode_lengths)
+            if c in position
+        ]
         sums = None if self.raw_obs_sums is None else tuple(part[columns][:, width] for part in self.raw_obs_sums)
-        return Batch(**arrays, states=None if self.states is None else self.states[:, columns],
-                     episode_returns=[r for _, r, _ in episodes], episode_lengths=[n for _, _, n in episodes],
-                     episode_ends=[end for end, _, _ in episodes], raw_obs_sums=sums,
-                     policy_versions=list(self.policy_versions))
+        return Batch(
+            **arrays,
+            states=None if self.states is None else self.states[:, columns],
+            episode_returns=[r for _, r, _ in episodes],
+            episode_lengths=[n for _, _, n in episodes],
+            episode_ends=[end for end, _, _ in episodes],
+            raw_obs_sums=sums,
+            policy_versions=list(self.policy_versions),
+        )
 
     def details(self) -> dict:
         """Everything but the arrays: episode statistics, versions, timings, extras (small and
@@ -166,7 +176,9 @@ class Batch:
         """A batch owning its arrays (e.g. before shared memory is overwritten by the next round)."""
         arrays: dict[str, Any] = {name: np.array(getattr(self, name)) for name in (*TIME_MAJOR_FIELDS, *PER_ENV_FIELDS)}
         arrays["states"] = None if self.states is None else self.states.copy()
-        details: dict[str, Any] = {name: list(value) if isinstance(value, list) else value for name, value in self.details().items()}
+        details: dict[str, Any] = {
+            name: list(value) if isinstance(value, list) else value for name, value in self.details().items()
+        }
         details["extras"] = {name: list(entries) for name, entries in self.extras.items()}
         return Batch(**arrays, **details)
 
@@ -175,8 +187,10 @@ def canonical_episodes(batches: list[Batch], returns: str, lengths: str, ends: s
     """Workers' episodes (the fields named) in one order, by (finish step, column of the joined batch)."""
     episodes, first_column = [], 0
     for b in batches:
-        episodes += [((t, first_column + column), r, n)
-                     for (t, column), r, n in zip(getattr(b, ends), getattr(b, returns), getattr(b, lengths))]
+        episodes += [
+            ((t, first_column + column), r, n)
+            for (t, column), r, n in zip(getattr(b, ends), getattr(b, returns), getattr(b, lengths))
+        ]
         first_column += b.bootstrap_value.shape[0]
     episodes.sort(key=lambda episode: episode[0])
     return [r for _, r, _ in episodes], [n for _, _, n in episodes], [end for end, _, _ in episodes]

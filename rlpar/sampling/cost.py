@@ -35,8 +35,9 @@ def step_cpu_seconds(env) -> float:
     return (time.thread_time() - started) / max(steps, 1)
 
 
-def oversubscribed_ray_advice(*, sampler: str, workers: int, cores: int | None, env_name: str,
-                              step_cpu_s) -> str | None:
+def oversubscribed_ray_advice(
+    *, sampler: str, workers: int, cores: int | None, env_name: str, step_cpu_s
+) -> str | None:
     """One line when `workers` Ray workers outnumber the `cores` of a private instance and the
     environment is cheap (see the module's docstring); None otherwise. `step_cpu_s`: a callable
     that measures the step, called only when the layout is in question."""
@@ -45,7 +46,9 @@ def oversubscribed_ray_advice(*, sampler: str, workers: int, cores: int | None, 
     step_s = step_cpu_s()
     if step_s >= CHEAP_STEP_CPU_S:
         return None
-    return (f"rlpar: {workers} Ray workers on {cores} cores for {env_name}, whose step takes {step_s * 1e6:.0f} us "
-            f"of CPU: workers beyond the cores add Ray's overhead to so cheap an environment, not speed. Likely "
-            f"faster: parallel=local (measured on 2 cores, PPO on CartPole-v1: {LOCAL_MEASURED} steps/s, against "
-            f"{DISTRIBUTED_16_MEASURED} with parallel=distributed workers=16; docs/benchmarks.md)")
+    return (
+        f"rlpar: {workers} Ray workers on {cores} cores for {env_name}, whose step takes {step_s * 1e6:.0f} us "
+        f"of CPU: workers beyond the cores add Ray's overhead to so cheap an environment, not speed. Likely "
+        f"faster: parallel=local (measured on 2 cores, PPO on CartPole-v1: {LOCAL_MEASURED} steps/s, against "
+        f"{DISTRIBUTED_16_MEASURED} with parallel=distributed workers=16; docs/benchmarks.md)"
+    )

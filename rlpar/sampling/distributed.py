@@ -54,11 +54,13 @@ def learner_room_problem(config) -> str | None:
     if learners * per_learner + workers * per_worker <= cpus + 1e-9:
         return None
     counted = "ray.num_cpus" if config.get("ray.num_cpus") else "ray.num_cpus: null, this machine's cores"
-    return (f"learners: {learners} learners reserve {learners * per_learner:g} CPU (ray.cpus_per_learner {per_learner:g} "
-            f"each) and {workers} worker{'s' if workers > 1 else ''} {workers * per_worker:g} (ray.cpus_per_worker "
-            f"{per_worker:g}): more than the {cpus:g} CPU of the private Ray instance ({counted}), so the group would "
-            f"never start; use fewer learners, a smaller ray.cpus_per_learner, or a cluster (hardware=cluster "
-            f"ray.address=...)")
+    return (
+        f"learners: {learners} learners reserve {learners * per_learner:g} CPU (ray.cpus_per_learner {per_learner:g} "
+        f"each) and {workers} worker{'s' if workers > 1 else ''} {workers * per_worker:g} (ray.cpus_per_worker "
+        f"{per_worker:g}): more than the {cpus:g} CPU of the private Ray instance ({counted}), so the group would "
+        f"never start; use fewer learners, a smaller ray.cpus_per_learner, or a cluster (hardware=cluster "
+        f"ray.address=...)"
+    )
 
 
 class DistributedSampler(WorkerPoolSampler):
@@ -106,8 +108,12 @@ class DistributedSampler(WorkerPoolSampler):
         self.worker_moves = 0
         from rlpar.cluster.connection import RayConnection
 
-        self.connection = RayConnection(address=ray_address, num_cpus=ray_num_cpus, object_store_mb=object_store_mb,
-                                        py_modules=user_modules(self.env_spec) if ray_address else ())
+        self.connection = RayConnection(
+            address=ray_address,
+            num_cpus=ray_num_cpus,
+            object_store_mb=object_store_mb,
+            py_modules=user_modules(self.env_spec) if ray_address else (),
+        )
         # No node can join a private instance: its runs skip the GCS calls of looking.
         self.rebalance_interval_s = None if self.connection.stops_instance else (rebalance_interval_s or None)
         self._next_rebalance = time.monotonic() + (self.rebalance_interval_s or 0.0)
@@ -119,8 +125,11 @@ class DistributedSampler(WorkerPoolSampler):
         from ray.util import get_current_placement_group
 
         self.placement_group = get_current_placement_group()  # a search trial's
-        self.runner_options = dict(num_cpus=cpus_per_worker, scheduling_strategy=_runner_placement(self.placement_group),
-                                   enable_task_events=False)
+        self.runner_options = dict(
+            num_cpus=cpus_per_worker,
+            scheduling_strategy=_runner_placement(self.placement_group),
+            enable_task_events=False,
+        )
         self.runner_cls = ray.remote(EnvRunner).options(**self.runner_options)
         self.runners: list = [None] * self.num_workers
         self.locations: list[tuple[str, int, str | None] | None] = [None] * self.num_workers  # node, pid, group
@@ -149,11 +158,14 @@ class DistributedSampler(WorkerPoolSampler):
         from ray._private.state import available_resources_per_node  # (what Ray Serve's scheduler reads)
 
         self.connection.check(calling_gcs=True)
-        hosts = [n["NodeID"] for n in self.ray.nodes()
-                 if n["Alive"] and n["Resources"].get("CPU", 0) >= self.cpus_per_worker]
+        hosts = [
+            n["NodeID"] for n in self.ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= self.cpus_per_worker
+        ]
         # Only onto free CPUs: a node others fill would take no runner, and it would be tried again and again.
-        room = {node: int(free.get("CPU", 0) / self.cpus_per_worker + 1e-9)
-                for node, free in available_resources_per_node().items()}
+        room = {
+            node: int(free.get("CPU", 0) / self.cpus_per_worker + 1e-9)
+            for node, free in available_resources_per_node().items()
+        }
         placed = {w: loc[0] for w in self.live if (loc := self.locations[w])}
         for worker, node in plan_moves(placed, hosts, room):
             self._relaunch(worker, node=node)
@@ -166,7 +178,11 @@ class DistributedSampler(WorkerPoolSampler):
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             runner_cls = self.ray.remote(EnvRunner).options(
-                **{**self.runner_options, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)})
+                **{
+                    **self.runner_options,
+                    "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True),
+                }
+            )
         self.runners[worker] = runner_cls.remote(self.worker_class, **self.worker_kwargs(worker))
         self.locations[worker] = None
         self.location_refs[self.runners[worker].location.remote()] = worker
@@ -180,10 +196,15 @@ class DistributedSampler(WorkerPoolSampler):
         # Ray hides GPUs from actors that ask for none: ask for a sliver of one to see it.
         gpus = 0.01 if self.inference_options["device"].startswith("cuda") else 0
         if gpus and not self.ray.available_resources().get("GPU", 0):
-            raise RuntimeError(f"parallel.inference=central with hardware.device={self.inference_options['device']}: "
-                               "the Ray cluster has no free GPU for the InferenceServer")
+            raise RuntimeError(
+                f"parallel.inference=central with hardware.device={self.inference_options['device']}: "
+                "the Ray cluster has no free GPU for the InferenceServer"
+            )
         server_cls = self.ray.remote(InferenceServer).options(
-            num_cpus=0, num_gpus=gpus, max_restarts=-1, enable_task_events=False,
+            num_cpus=0,
+            num_gpus=gpus,
+            max_restarts=-1,
+            enable_task_events=False,
             max_concurrency=2 * self.num_workers + 4,  # every runner's request, and the learner's calls
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
         )
@@ -192,8 +213,16 @@ class DistributedSampler(WorkerPoolSampler):
     def _inference_client(self, worker: int):
         return RayInferenceClient(self.inference, first_env=worker * self.worker_envs)
 
-    def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
-                      node_index: int | None = None, on_lost=None) -> Service:
+    def start_service(
+        self,
+        service_class,
+        *,
+        name: str,
+        settings: dict,
+        in_shared_memory=None,
+        node_index: int | None = None,
+        on_lost=None,
+    ) -> Service:
         """A Ray actor asking for no CPU; with `node_index`, on the node_index-th live node (mod
         their number), chosen afresh at every (re)start: Ray's SPREAD strategy, and a soft node
         affinity, put zero-CPU actors on one node 1 time in 4."""
@@ -207,21 +236,33 @@ class DistributedSampler(WorkerPoolSampler):
 
                 nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                    node_id=nodes[node_index % len(nodes)], soft=False)
-            return ray.remote(service_class).options(**options).remote(
-                **settings, **({} if state is None else {"state": state}))
+                    node_id=nodes[node_index % len(nodes)], soft=False
+                )
+            return (
+                ray.remote(service_class)
+                .options(**options)
+                .remote(**settings, **({} if state is None else {"state": state}))
+            )
 
         return self.keep_service(ActorService(ray=ray, start=start, name=name, on_lost=on_lost))
 
-    def start_learner_group(self, *, make_algorithm, world_size: int, seed: int, torch_threads: int,
-                            timeout_s: float, max_restarts: int):
+    def start_learner_group(
+        self, *, make_algorithm, world_size: int, seed: int, torch_threads: int, timeout_s: float, max_restarts: int
+    ):
         """Ranks 1..world_size-1 of a learner group as Ray actors (rlpar.learners.group); rank 0
         is the algorithm in this process. Stopped by the algorithm, before this sampler closes."""
         from rlpar.learners.group import LearnerGroup
 
-        return LearnerGroup(ray=self.ray, make_algorithm=make_algorithm, world_size=world_size, seed=seed,
-                            cpus_per_learner=self.cpus_per_learner, torch_threads=torch_threads,
-                            timeout_s=timeout_s, max_restarts=max_restarts)
+        return LearnerGroup(
+            ray=self.ray,
+            make_algorithm=make_algorithm,
+            world_size=world_size,
+            seed=seed,
+            cpus_per_learner=self.cpus_per_learner,
+            torch_threads=torch_threads,
+            timeout_s=timeout_s,
+            max_restarts=max_restarts,
+        )
 
     def _set_inference_weights(self, weights: dict, version: int) -> None:
         """Every round (a restarted server has none), waited for: in blocking mode the round's
@@ -317,7 +358,8 @@ class DistributedSampler(WorkerPoolSampler):
         if self.placement_group is not None:  # a search trial: its runners should all be in its group
             group = self.placement_group.id.hex()
             metrics["runners_in_placement_group"] = sum(
-                1 for w in self.live if (loc := self.locations[w]) and loc[2] == group)
+                1 for w in self.live if (loc := self.locations[w]) and loc[2] == group
+            )
         return metrics
 
     def close(self) -> None:

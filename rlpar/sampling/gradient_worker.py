@@ -21,8 +21,15 @@ from rlpar.sampling.rollout import RolloutWorker
 
 
 class GradientWorker(RolloutWorker):
-    def __init__(self, *, objective, reward_scale: float = 1.0, reward_clip: float | None = None,
-                 precision: str = "fp32", **rollout_kwargs):
+    def __init__(
+        self,
+        *,
+        objective,
+        reward_scale: float = 1.0,
+        reward_clip: float | None = None,
+        precision: str = "fp32",
+        **rollout_kwargs,
+    ):
         """`objective`: what the worker differentiates (ActorCriticLoss, NStepQLoss): its
         `model_names` and `loss(models, batch, rewards) -> (loss, statistics)`; `precision`: fp32
         or bf16, the loss computed under autocast (rlpar.learning.precision), the gradient float32."""
@@ -65,7 +72,8 @@ class GradientWorker(RolloutWorker):
         for name in others:
             prefix = f"{name}."
             self.models[name].load_state_dict(
-                {k[len(prefix):]: self.torch.as_tensor(v) for k, v in weights.items() if k.startswith(prefix)})
+                {k[len(prefix) :]: self.torch.as_tensor(v) for k, v in weights.items() if k.startswith(prefix)}
+            )
 
     def sample(self, out=None):
         if self.server is not None and self.server.shared:
@@ -83,8 +91,12 @@ class GradientWorker(RolloutWorker):
             return batch
         if "weights" in answer:  # (shared memory: read before the next rollout instead)
             self.adopt(answer["weights"], answer["version"])
-        batch.extras = {"staleness": [answer["staleness"]], "server_version": [answer["version"]], "loss": [stats],
-                        "nonfinite_updates": [answer["nonfinite_updates"]]}
+        batch.extras = {
+            "staleness": [answer["staleness"]],
+            "server_version": [answer["version"]],
+            "loss": [stats],
+            "nonfinite_updates": [answer["nonfinite_updates"]],
+        }
         return batch
 
     def gradients(self, batch) -> tuple[list[np.ndarray], dict]:
@@ -93,8 +105,9 @@ class GradientWorker(RolloutWorker):
         from rlpar.learning.precision import autocast  # (torch: imported once the worker runs)
 
         with autocast(self.precision, device_type="cpu"):
-            loss, stats = self.objective.loss(self.models, batch,
-                                               clip_rewards(batch.rewards, self.reward_clip) * np.float32(self.reward_scale))
+            loss, stats = self.objective.loss(
+                self.models, batch, clip_rewards(batch.rewards, self.reward_clip) * np.float32(self.reward_scale)
+            )
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         return [p.grad.numpy() for p in self.parameters], stats

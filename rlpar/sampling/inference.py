@@ -91,11 +91,17 @@ def inference_layout(policy_spec, num_envs: int) -> dict:
     obs = ((num_envs, policy_spec.obs_dim), np.dtype(policy_spec.obs_dtype))
     states = ((num_envs, policy_spec.state_size), np.float64)
     return {
-        "request_obs": obs, "request_noise": noise_layout(policy_spec.action, (num_envs,)),
-        "reply_obs": obs, "reply_actions": action_layout(policy_spec.action, (num_envs,)),
-        "reply_logp": ((num_envs,), np.float32), "reply_values": ((num_envs,), np.float32),
-        **({"request_state_code": ((num_envs,), np.int8), "request_state": states, "reply_state": states}
-           if policy_spec.state_size else {}),
+        "request_obs": obs,
+        "request_noise": noise_layout(policy_spec.action, (num_envs,)),
+        "reply_obs": obs,
+        "reply_actions": action_layout(policy_spec.action, (num_envs,)),
+        "reply_logp": ((num_envs,), np.float32),
+        "reply_values": ((num_envs,), np.float32),
+        **(
+            {"request_state_code": ((num_envs,), np.int8), "request_state": states, "reply_state": states}
+            if policy_spec.state_size
+            else {}
+        ),
     }
 
 
@@ -117,8 +123,11 @@ class ServerStats:
         self.busy_s += seconds
 
     def take(self) -> dict:
-        stats = {"inference_batches": self.batches, "inference_batch_mean": self.rows / max(self.batches, 1),
-                 "inference_busy_s": self.busy_s}
+        stats = {
+            "inference_batches": self.batches,
+            "inference_batch_mean": self.rows / max(self.batches, 1),
+            "inference_busy_s": self.busy_s,
+        }
         self.batches = self.rows = 0
         self.busy_s = 0.0
         return stats
@@ -174,8 +183,16 @@ class SharedMemoryInferenceClient:
 class SharedMemoryInference:
     """The learner's end: the shared arrays, a doorbell per worker, and the thread that serves."""
 
-    def __init__(self, *, policy_spec, num_envs: int, worker_envs: int, device: str = "cpu",
-                 backend: str | None = None, wait_ms: float = 0.2):
+    def __init__(
+        self,
+        *,
+        policy_spec,
+        num_envs: int,
+        worker_envs: int,
+        device: str = "cpu",
+        backend: str | None = None,
+        wait_ms: float = 0.2,
+    ):
         self.policy = InferencePolicy(policy_spec=policy_spec, device=device, backend=backend, num_envs=num_envs)
         self.worker_envs, self.wait_s = worker_envs, wait_ms / 1000.0
         self.layout = inference_layout(policy_spec, num_envs)

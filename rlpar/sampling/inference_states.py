@@ -61,12 +61,16 @@ class ServerStates:
         rows' in order); remembered as the entering states for a later REPEAT."""
         if rows.max(initial=-1) >= len(self.held):
             grow = rows.max() + 1 - len(self.held)
-            self.held, self.entered = (np.concatenate([a, np.zeros((grow, a.shape[1]))]) for a in (self.held, self.entered))
+            self.held, self.entered = (
+                np.concatenate([a, np.zeros((grow, a.shape[1]))]) for a in (self.held, self.entered)
+            )
             self.known = np.concatenate([self.known, np.zeros(grow, bool)])
         kept = (codes == CONTINUE) | (codes == REPEAT)
         if not self.known[rows[kept]].all():
-            raise StatesLost("central inference holds no recurrent state for some environments (the server restarted); "
-                             "their worker starts over")
+            raise StatesLost(
+                "central inference holds no recurrent state for some environments (the server restarted); "
+                "their worker starts over"
+            )
         state = np.where((codes == CONTINUE)[:, None], self.held[rows], self.entered[rows])
         state[codes == ZERO] = 0.0
         state[codes == SET] = values

@@ -19,9 +19,12 @@ class LocalSampler(Sampler):
     def config_problems(cls, config) -> list[str]:
         problems = super().config_problems(config)
         if config.get("parallel.sync_mode") == "non_blocking":
-            problems.insert(0, "parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local "
-                               "sampling runs in the learner's thread; for one environment process sampling beside the "
-                               "learner, parallel=multiprocess workers=1)")
+            problems.insert(
+                0,
+                "parallel.sync_mode: non_blocking needs parallel=multiprocess or parallel=distributed (local "
+                "sampling runs in the learner's thread; for one environment process sampling beside the "
+                "learner, parallel=multiprocess workers=1)",
+            )
         return problems
 
     def __init__(

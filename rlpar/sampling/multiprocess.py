@@ -102,8 +102,12 @@ class MultiprocessSampler(WorkerPoolSampler):
         self.inference_version: int | None = None
         try:
             if self.central_inference:
-                self.inference = SharedMemoryInference(policy_spec=self.policy_spec, num_envs=self.num_envs,
-                                                       worker_envs=self.worker_envs, **self.inference_options)
+                self.inference = SharedMemoryInference(
+                    policy_spec=self.policy_spec,
+                    num_envs=self.num_envs,
+                    worker_envs=self.worker_envs,
+                    **self.inference_options,
+                )
             self.start_workers()
         except BaseException:
             self.close()
@@ -203,8 +207,16 @@ class MultiprocessSampler(WorkerPoolSampler):
     def worker_pids(self) -> list[int | None]:
         return [proc.pid if proc is not None else None for proc in self.processes]
 
-    def start_service(self, service_class, *, name: str, settings: dict, in_shared_memory=None,
-                      node_index: int | None = None, on_lost=None) -> Service:
+    def start_service(
+        self,
+        service_class,
+        *,
+        name: str,
+        settings: dict,
+        in_shared_memory=None,
+        node_index: int | None = None,
+        on_lost=None,
+    ) -> Service:
         """In the learner's process; in shared memory, which the workers reach in place
         (Hogwild), when the algorithm says how to build it there; else out of the workers'
         reach (they send their data back with the batch)."""
@@ -212,12 +224,15 @@ class MultiprocessSampler(WorkerPoolSampler):
             start, reachable = built_here(service_class, settings), False
         else:
             start, reachable = in_shared_memory, True
-        return self.keep_service(InProcessService(start=start, reachable=reachable, shared=reachable, name=name,
-                                                  on_lost=on_lost))
+        return self.keep_service(
+            InProcessService(start=start, reachable=reachable, shared=reachable, name=name, on_lost=on_lost)
+        )
 
     def close(self) -> None:
         self.stop_services()
-        if (inference := getattr(self, "inference", None)) is not None:  # first: a worker waiting for actions then reads end-of-file
+        if (
+            inference := getattr(self, "inference", None)
+        ) is not None:  # first: a worker waiting for actions then reads end-of-file
             inference.close()
             self.inference = None
         live = [(c, p) for c, p in zip(getattr(self, "conns", []), getattr(self, "processes", [])) if c is not None]

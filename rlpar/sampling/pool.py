@@ -112,8 +112,11 @@ class WorkerPoolSampler(Sampler):
         self.last_failure = ""
         self._metrics: dict = {}
         self.central_inference = inference == "central"
-        self.inference_options: dict[str, Any] = {"wait_ms": inference_wait_ms, "device": inference_device,
-                                  "backend": None if inference_backend == "auto" else inference_backend}
+        self.inference_options: dict[str, Any] = {
+            "wait_ms": inference_wait_ms,
+            "device": inference_device,
+            "backend": None if inference_backend == "auto" else inference_backend,
+        }
 
     def worker_kwargs(self, worker: int) -> dict:
         """The worker class's arguments for worker `worker`: it owns environments [w*E, (w+1)*E)."""
@@ -194,8 +197,9 @@ class WorkerPoolSampler(Sampler):
                 f"{failures} worker failures, more than parallel.max_worker_restarts="
                 f"{self.max_worker_restarts}; last: {self.last_failure}"
             )
-        log.warning("%s; replacing it (restart %d of at most %d)", self.last_failure,
-                    failures, self.max_worker_restarts)
+        log.warning(
+            "%s; replacing it (restart %d of at most %d)", self.last_failure, failures, self.max_worker_restarts
+        )
         self._relaunch(worker)
 
     def _relaunch(self, worker: int, **launch_options) -> None:
@@ -221,11 +225,13 @@ class WorkerPoolSampler(Sampler):
         self.failed_starts[worker] += 1
         failed = sum(self.failed_starts)
         if self.failed_starts[worker] >= START_ATTEMPTS:
-            raise WorkerPoolError(f"worker {worker} failed to start {self.failed_starts[worker]} times in a row; "
-                                  f"last: {failure.reason}")
+            raise WorkerPoolError(
+                f"worker {worker} failed to start {self.failed_starts[worker]} times in a row; last: {failure.reason}"
+            )
         if not self.any_worker_up and failed >= START_ATTEMPTS:
-            raise WorkerPoolError(f"no worker could start ({failed} starts failed, none came up); last: worker "
-                                  f"{worker}: {failure.reason}")
+            raise WorkerPoolError(
+                f"no worker could start ({failed} starts failed, none came up); last: worker {worker}: {failure.reason}"
+            )
 
     def _admit_started(self) -> None:
         """Move workers that came up into the live set; wait when the pool is booting or too small."""
@@ -280,7 +286,9 @@ class WorkerPoolSampler(Sampler):
         now = time.monotonic()
         for worker, worker_deadline in list(self.in_flight.items()):
             if worker_deadline <= now:
-                self._replace(worker, WorkerFailure(f"no rollout within {self.sample_timeout_s:g} s (parallel.sample_timeout_s)"))
+                self._replace(
+                    worker, WorkerFailure(f"no rollout within {self.sample_timeout_s:g} s (parallel.sample_timeout_s)")
+                )
         return batches
 
     # -- rounds -----------------------------------------------------------------------------
@@ -357,8 +365,11 @@ class WorkerPoolSampler(Sampler):
 
     def state_dict(self) -> dict:
         """Counters only: remote environments are not captured, so resumes start them afresh."""
-        return {"worker_restarts": self.worker_restarts, "node_loss_restarts": self.node_loss_restarts,
-                "env_restarts": self.env_restarts}
+        return {
+            "worker_restarts": self.worker_restarts,
+            "node_loss_restarts": self.node_loss_restarts,
+            "env_restarts": self.env_restarts,
+        }
 
     def load_state_dict(self, state: dict, *, environments: bool = True) -> None:
         self.worker_restarts = int(state.get("worker_restarts", 0))

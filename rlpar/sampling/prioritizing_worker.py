@@ -26,8 +26,15 @@ RETRY_S = (0.001, 0.02)  # pause before offering a refused write again: doubling
 
 
 class PrioritizingWorker(RolloutWorker):
-    def __init__(self, *, n_step: int, gamma: float, reward_clip: float | None = None, reward_scale: float = 1.0,
-                 **rollout_kwargs):
+    def __init__(
+        self,
+        *,
+        n_step: int,
+        gamma: float,
+        reward_clip: float | None = None,
+        reward_scale: float = 1.0,
+        **rollout_kwargs,
+    ):
         super().__init__(**rollout_kwargs)
         self.reward_clip, self.reward_scale = reward_clip, np.float32(reward_scale)
         self.writer = NStepWriter(n=n_step, gamma=gamma)
@@ -43,9 +50,16 @@ class PrioritizingWorker(RolloutWorker):
     def sample(self, out=None):
         batch = super().sample(out)
         rewards = clip_rewards(batch.rewards, self.reward_clip) * self.reward_scale
-        transitions = self.writer.add(obs=batch.obs, actions=batch.actions, rewards=rewards,
-                                      terminated=batch.terminated, truncated=batch.truncated, valid=batch.valid,
-                                      env_ids=batch.env_ids, last_obs=batch.last_obs)
+        transitions = self.writer.add(
+            obs=batch.obs,
+            actions=batch.actions,
+            rewards=rewards,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            valid=batch.valid,
+            env_ids=batch.env_ids,
+            last_obs=batch.last_obs,
+        )
         count = len(transitions["actions"])
         if count == 0:
             batch.extras = {"written": [0]}

@@ -114,17 +114,24 @@ class RolloutWorker:
             if env_fns is not None:
                 self.venv.env_fns = env_fns  # type: ignore[attr-defined]
         return {
-            "venv": {SIGNED_PICKLE: torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8),
-                     "hmac_sha256": sign(env_bytes)},
+            "venv": {
+                SIGNED_PICKLE: torch.frombuffer(bytearray(env_bytes), dtype=torch.uint8),
+                "hmac_sha256": sign(env_bytes),
+            },
             "raw_obs": torch.from_numpy(self.raw_obs.copy()),
             "autoreset_pending": torch.from_numpy(self.autoreset_pending.copy()),
             "episode_return": torch.from_numpy(self.episode_return.copy()),
             "episode_length": torch.from_numpy(self.episode_length.copy()),
             "noise_rngs": [g.bit_generator.state for g in self.noise_rngs],
             **({} if self.noise_carry is None else {"noise_carry": torch.from_numpy(self.noise_carry.copy())}),
-            **({} if self.recurrent_state is None else {
-                "recurrent_state": torch.from_numpy(self.recurrent_state.copy()),
-                "state_reset_pending": torch.from_numpy(self.state_reset_pending.copy())}),
+            **(
+                {}
+                if self.recurrent_state is None
+                else {
+                    "recurrent_state": torch.from_numpy(self.recurrent_state.copy()),
+                    "state_reset_pending": torch.from_numpy(self.state_reset_pending.copy()),
+                }
+            ),
         }
 
     def set_state(self, state: dict) -> None:
@@ -139,8 +146,10 @@ class RolloutWorker:
         except UntrustedPickleError:
             raise
         except Exception as err:  # the environment's own code, or code that has changed since it was saved
-            log.warning("the checkpoint's environment state cannot be unpickled (%s); this resume starts fresh "
-                        "episodes", described(err))
+            log.warning(
+                "the checkpoint's environment state cannot be unpickled (%s); this resume starts fresh episodes",
+                described(err),
+            )
             return
         self.venv.close()
         self.venv = venv
@@ -184,7 +193,12 @@ class RolloutWorker:
         T, N = self.rollout_length, self.num_envs
         bufs = out if out is not None else allocate_batch_arrays(self.policy_spec, T, N)
         obs_buf, actions_buf, logp_buf, values_buf = bufs["obs"], bufs["actions"], bufs["logp"], bufs["values"]
-        rewards_buf, term_buf, trunc_buf, valid_buf = bufs["rewards"], bufs["terminated"], bufs["truncated"], bufs["valid"]
+        rewards_buf, term_buf, trunc_buf, valid_buf = (
+            bufs["rewards"],
+            bufs["terminated"],
+            bufs["truncated"],
+            bufs["valid"],
+        )
         track_moments = self.policy_spec.normalize_obs  # raw statistics feed the learner's normaliser
         if track_moments:
             raw_sum = np.zeros((N, self.policy_spec.obs_dim), np.float64)
@@ -236,7 +250,9 @@ class RolloutWorker:
         ends = list(zip(steps.tolist(), envs.tolist()))
         last_obs, bootstrap, env_ids = bufs["last_obs"], bufs["bootstrap_value"], bufs["env_ids"]
         next_state = None if state is None else np.where(self.state_reset_pending[:, None], 0.0, state)  # not kept
-        last_obs[:], _, _, bootstrap[:] = act_raw(self.raw_obs, np.zeros_like(noise[0]), next_state)  # its actions unused
+        last_obs[:], _, _, bootstrap[:] = act_raw(
+            self.raw_obs, np.zeros_like(noise[0]), next_state
+        )  # its actions unused
         env_ids[:] = np.arange(self.first_env_index, self.first_env_index + N)
         idle_s = started - self.last_rollout_end if self.last_rollout_end is not None else 0.0
         self.last_rollout_end = time.perf_counter()

@@ -129,8 +129,12 @@ class Service:
         """Restart it after a loss, and say so on the console: what it held may be gone."""
         state = self.on_lost(self.kept) if self.on_lost else None
         self.restarts += 1
-        log.warning("%s was lost; restarted %s (restart %d)", self.name,
-                    "empty: what it held is gone" if state is None else "from its newest copy", self.restarts)
+        log.warning(
+            "%s was lost; restarted %s (restart %d)",
+            self.name,
+            "empty: what it held is gone" if state is None else "from its newest copy",
+            self.restarts,
+        )
         self.restart(state=state)
 
     def restart(self, *, state: dict | None = None) -> None:
@@ -142,8 +146,7 @@ class Service:
 
 
 class InProcessService(Service):
-    def __init__(self, *, start: Callable[[dict | None], Any], reachable: bool, shared: bool = False,
-                 **service_kwargs):
+    def __init__(self, *, start: Callable[[dict | None], Any], reachable: bool, shared: bool = False, **service_kwargs):
         """`start(state)` builds the object; `reachable`: workers can call it (they run in
         this process, or share its memory: `shared`)."""
         super().__init__(**service_kwargs)

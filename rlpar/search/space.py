@@ -28,10 +28,12 @@ def space_problems(space: dict | None, cfg: DictConfig) -> list[str]:
         if not is_distribution(spec):
             problems.append(f"{where}: expected one of {', '.join(DISTRIBUTIONS)} with its arguments, got {spec!r}")
             continue
-        (kind, args), = spec.items()
+        ((kind, args),) = spec.items()
         arity = DISTRIBUTIONS[kind]
         if not isinstance(args, list) or (arity > 1 and len(args) != arity) or not args:
-            problems.append(f"{where}.{kind}: expected a list of {arity if arity > 1 else 'one or more'} values, got {args!r}")
+            problems.append(
+                f"{where}.{kind}: expected a list of {arity if arity > 1 else 'one or more'} values, got {args!r}"
+            )
         elif kind in ("loguniform", "qloguniform") and not all(isinstance(a, (int, float)) and a > 0 for a in args[:2]):
             problems.append(f"{where}.{kind}: bounds must be positive numbers, got {args!r}")
         if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
@@ -46,7 +48,7 @@ def tune_space(space: dict, *, for_mutation: bool = False) -> dict:
 
     domains = {}
     for key, spec in flatten_space(space).items():
-        (kind, args), = spec.items()
+        ((kind, args),) = spec.items()
         if DISTRIBUTIONS[kind] == 1:
             domains[key] = list(args) if for_mutation else getattr(tune, kind)(list(args))
         else:

@@ -26,8 +26,15 @@ from rlpar.search.space import apply_overrides
 WRITER = "rlpar_trial.json"  # in a Tune checkpoint: which trial wrote it
 
 
-def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, checkpoint_every: int,
-                metric: str, label_exploits: bool) -> None:
+def train_trial(
+    hyperparameters: dict,
+    *,
+    base_config: dict,
+    search_dir: str,
+    checkpoint_every: int,
+    metric: str,
+    label_exploits: bool,
+) -> None:
     """The Tune function trainable."""
     from ray import tune
 
@@ -85,4 +92,3 @@ def train_trial(hyperparameters: dict, *, base_config: dict, search_dir: str, ch
                 tune.report(report, checkpoint=tune.Checkpoint.from_directory(folder))
     finally:
         trainer.close()
-

@@ -85,32 +85,49 @@ class TuneSearch:
 
         from rlpar.cluster.connection import RayConnection
 
-        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")  # a warning a line per checkpoint
+        os.environ.setdefault(
+            "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0"
+        )  # a warning a line per checkpoint
 
         ray_settings = base_config["ray"]
-        connection = RayConnection(address=ray_settings["address"], num_cpus=ray_settings["num_cpus"],
-                                   object_store_mb=ray_settings["object_store_mb"])
+        connection = RayConnection(
+            address=ray_settings["address"],
+            num_cpus=ray_settings["num_cpus"],
+            object_store_mb=ray_settings["object_store_mb"],
+        )
         try:
             if not resume:
                 (run_dir / COMMAND_FILE).write_text(json.dumps({"overrides": overrides}))
             trainable = tune.with_resources(
-                tune.with_parameters(train_trial, base_config=base_config, search_dir=str(run_dir),
-                                     checkpoint_every=self._checkpoint_every(base_config), metric=self.metric,
-                                     label_exploits=self.population_based),
+                tune.with_parameters(
+                    train_trial,
+                    base_config=base_config,
+                    search_dir=str(run_dir),
+                    checkpoint_every=self._checkpoint_every(base_config),
+                    metric=self.metric,
+                    label_exploits=self.population_based,
+                ),
                 tune.PlacementGroupFactory(self._bundles(base_config)),
             )
             tune_dir = str((run_dir / TUNE_DIR).resolve())
             if resume and tune.Tuner.can_restore(tune_dir):
                 tuner = tune.Tuner.restore(tune_dir, trainable=trainable, resume_unfinished=True, resume_errored=True)
             else:
-                tuner = tune.Tuner(trainable, param_space=tune_space(self.space), tune_config=self._tune_config(run_dir),
-                                   run_config=self._run_config(run_dir))
+                tuner = tune.Tuner(
+                    trainable,
+                    param_space=tune_space(self.space),
+                    tune_config=self._tune_config(run_dir),
+                    run_config=self._run_config(run_dir),
+                )
             tuner.fit()  # Ctrl-C: Tune stops the trials, saves its state and returns
             trials = tune.ExperimentAnalysis(tune_dir).trials
             rows = self.write_table(trials, run_dir=run_dir, total_steps=base_config["total_steps"])
             if any(row["status"] == "unfinished" for row in rows):
-                print(f"rlpar: search interrupted; search.csv lists the trials so far (continue with "
-                      f"python main.py resume={run_dir})", flush=True)
+                print(
+                    f"rlpar: search interrupted; search.csv lists the trials so far (continue with "
+                    f"python main.py resume={run_dir})",
+                    flush=True,
+                )
                 raise KeyboardInterrupt
             return self.write_best(rows, run_dir=run_dir)
         finally:
@@ -136,10 +153,15 @@ class TuneSearch:
     def _tune_config(self, run_dir: Path):
         from ray import tune
 
-        return tune.TuneConfig(metric=self.metric, mode=self.mode, num_samples=self.num_samples,
-                               scheduler=build_scheduler(self.scheduler_config, self.space, run_dir.resolve()),
-                               max_concurrent_trials=self.max_concurrent_trials,
-                               trial_name_creator=_trial_name, trial_dirname_creator=_trial_name)
+        return tune.TuneConfig(
+            metric=self.metric,
+            mode=self.mode,
+            num_samples=self.num_samples,
+            scheduler=build_scheduler(self.scheduler_config, self.space, run_dir.resolve()),
+            max_concurrent_trials=self.max_concurrent_trials,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
+        )
 
     def _run_config(self, run_dir: Path):
         from ray import tune
@@ -149,9 +171,13 @@ class TuneSearch:
         keep = None if self.population_based else 2
         # A trial that fails (its node lost, its process killed) is retried from its newest
         # checkpoint, twice at most, before it counts as errored.
-        return tune.RunConfig(storage_path=str(run_dir.resolve()), name=TUNE_DIR, verbose=1,
-                              checkpoint_config=tune.CheckpointConfig(num_to_keep=keep),
-                              failure_config=tune.FailureConfig(max_failures=2))
+        return tune.RunConfig(
+            storage_path=str(run_dir.resolve()),
+            name=TUNE_DIR,
+            verbose=1,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=keep),
+            failure_config=tune.FailureConfig(max_failures=2),
+        )
 
     # -- what a search leaves behind -------------------------------------------------------------
     def write_table(self, trials, *, run_dir: Path, total_steps: int) -> list[dict]:
@@ -164,16 +190,20 @@ class TuneSearch:
             values = [r[self.metric] for r in history if _finite(r.get(self.metric))]
             env_steps = history[-1]["env_steps"] if history else 0
             status = {"ERROR": "errored", "TERMINATED": "finished" if env_steps >= total_steps else "early-stopped"}
-            rows.append({
-                "trial": trial.trial_id, "status": status.get(trial.status, "unfinished"),
-                **{key: trial.config.get(key) for key in keys},
-                f"final_{self.metric}": values[-1] if values else None,
-                f"best_{self.metric}": (max(values) if self.mode == "max" else min(values)) if values else None,
-                "iterations": history[-1]["iteration"] if history else 0, "env_steps": env_steps,
-                "pbt_exploits": history[-1].get("pbt_exploits", 0) if history else 0,
-                "run_dir": f"trials/{trial.trial_id}",
-                "error_file": _keep_error_file(trial, run_dir / "trials" / trial.trial_id) or "",
-            })
+            rows.append(
+                {
+                    "trial": trial.trial_id,
+                    "status": status.get(trial.status, "unfinished"),
+                    **{key: trial.config.get(key) for key in keys},
+                    f"final_{self.metric}": values[-1] if values else None,
+                    f"best_{self.metric}": (max(values) if self.mode == "max" else min(values)) if values else None,
+                    "iterations": history[-1]["iteration"] if history else 0,
+                    "env_steps": env_steps,
+                    "pbt_exploits": history[-1].get("pbt_exploits", 0) if history else 0,
+                    "run_dir": f"trials/{trial.trial_id}",
+                    "error_file": _keep_error_file(trial, run_dir / "trials" / trial.trial_id) or "",
+                }
+            )
         rows.sort(key=lambda row: row["trial"])
         with open(run_dir / "search.csv", "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["trial"])
@@ -195,15 +225,25 @@ class TuneSearch:
         hyperparameters = {key: best[key] for key in flatten_space(self.space)}
         started_with = json.loads((run_dir / COMMAND_FILE).read_text())["overrides"]
         kept = [o for o in started_with if not o.lstrip("+~").startswith(("search", "run_dir", "hydra"))]
-        command = "python main.py " + " ".join(shlex.quote(o) for o in
-                                               [*kept, *(f"{k}={_override_value(v)}" for k, v in hyperparameters.items())])
-        best_summary = {"trial": best["trial"], "metric": self.metric, "final": best[final],
-                        "best": best[f"best_{self.metric}"], "status": best["status"],
-                        "overrides": hyperparameters, "command": command}
+        command = "python main.py " + " ".join(
+            shlex.quote(o) for o in [*kept, *(f"{k}={_override_value(v)}" for k, v in hyperparameters.items())]
+        )
+        best_summary = {
+            "trial": best["trial"],
+            "metric": self.metric,
+            "final": best[final],
+            "best": best[f"best_{self.metric}"],
+            "status": best["status"],
+            "overrides": hyperparameters,
+            "command": command,
+        }
         with open(run_dir / "best.yaml", "w") as handle:
             yaml.safe_dump(best_summary, handle, sort_keys=False)
-        print(f"rlpar: best trial {best['trial']}: {self.metric} {best[final]:.4g} (best {best_summary['best']:.4g}); "
-              f"rerun it with:\n  {command}", flush=True)
+        print(
+            f"rlpar: best trial {best['trial']}: {self.metric} {best[final]:.4g} (best {best_summary['best']:.4g}); "
+            f"rerun it with:\n  {command}",
+            flush=True,
+        )
         return best_summary
 
 
