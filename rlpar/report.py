@@ -91,7 +91,8 @@ def markdown_table(rows: list[dict]) -> str:
     for r in rows:
         lines.append(
             f"| {r['env']} | {r['mode']} | {r['workers']} | {r['envs']} | {r['seeds']} | "
-            f"{_fmt(r['fps_mean'])} +- {_fmt(r['fps_std'])} | {_fmt(r['speedup'], '.2f')} | {_fmt(r['efficiency'], '.2f')} | "
+            f"{_fmt(r['fps_mean'])} +- {_fmt(r['fps_std'])} | {_fmt(r['speedup'], '.2f')} | "
+            f"{_fmt(r['efficiency'], '.2f')} | "
             f"{_fmt(r['final_return_mean'], '.1f')} +- {_fmt(r['final_return_std'], '.1f')} | "
             f"{_reached(r)} | {_fmt(r['steps_to_threshold_mean'])} | "
             f"{_fmt(r['seconds_to_threshold_mean'], '.1f')} |"
@@ -221,7 +222,8 @@ def _zoo_row(row: dict) -> str:
 def benchmark_table(rows: list[dict]) -> str:
     lines = [
         "| algorithm | environment | mode | seeds | rlpar: final evaluation (mean +- std over seeds) | RL-Zoo row | "
-        "RL-Zoo (mean +- std) | RL-Zoo budget | ratio | reached RL-Zoo - 1 std | env steps | training wall time | curve |",
+        "RL-Zoo (mean +- std) | RL-Zoo budget | ratio | reached RL-Zoo - 1 std | env steps | training wall time | "
+        "curve |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -395,7 +397,8 @@ def write_search_report(search_dir: Path, out_dir: Path, thresholds: dict[str, f
         f"Made {time.strftime('%Y-%m-%d %H:%M')} from the {len(rows)} trials of a search over "
         f"{', '.join(search.hyperparameters) or 'unknown hyper-parameters'} on {', '.join(envs)} ({scheduler}; "
         f"{'highest' if search.maximise else 'lowest'} final {search.metric} is best). Each trial is a configuration "
-        "of its own: trials differ by their hyper-parameters, not by seed, so they are listed one by one, not averaged.",
+        "of its own: trials differ by their hyper-parameters, not by seed, so they are listed one by one, "
+        "not averaged.",
         "",
         f"Trials by status: {counts}.",
         "",

@@ -269,4 +269,7 @@ def no_finished_runs(
         why = "holds no run directories (a run directory has config.yaml and metrics.jsonl)"
     else:
         why = f"holds {len(runs)} runs but none has finished"
-    return f"'{directory}' {why}, so there is nothing to show: run a sweep first ({command}) or point to another directory."
+    return (
+        f"'{directory}' {why}, so there is nothing to show: run a sweep first ({command}) or point to another "
+        "directory."
+    )

@@ -97,7 +97,10 @@ def _group_choice_problem(override, text: str, conf_dirs: list[Path] | None) -> 
                 f"{did_you_mean(value, options)} (one of: {', '.join(options)})"
             )
         if not isinstance(value, dict):
-            return f"{group}: '{text.partition('=')[2]}' is not an option of this config group (one of: {', '.join(options)})"
+            return (
+                f"{group}: '{text.partition('=')[2]}' is not an option of this config group "
+                f"(one of: {', '.join(options)})"
+            )
     return None
 
 

@@ -42,7 +42,8 @@ class ActorQSpec(NetworkFields):
         if wants is not None and isinstance(gaussian, bool) and gaussian != wants:
             problems.append(
                 f"model.gaussian: algo={config.get('algo.name')} learns "
-                f"{'a squashed Gaussian' if wants else 'a deterministic'} actor; use model.gaussian={str(wants).lower()}"
+                f"{'a squashed Gaussian' if wants else 'a deterministic'} actor; "
+                f"use model.gaussian={str(wants).lower()}"
             )
         if (
             not isinstance(config.get("model.critics"), int)

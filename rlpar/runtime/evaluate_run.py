@@ -171,7 +171,8 @@ def evaluate_run(
     shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
     summary = (
         f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
-        f"{episodes} {policy_kind(stochastic)} episodes; {checkpoint.name}, iteration {iteration}, {env_steps:,} env steps, seed {seed})"
+        f"{episodes} {policy_kind(stochastic)} episodes; {checkpoint.name}, iteration {iteration}, "
+        f"{env_steps:,} env steps, seed {seed})"
     )
     return {
         **row,

@@ -75,8 +75,9 @@ class Sampler(ABC):
         algorithm = config.algorithm
         if config.get("parallel.inference") == "central" and algorithm.get("central_inference") is False:
             problems.append(
-                f"parallel.inference: central needs workers that only step environments; algo={config.get('algo.name')}'s "
-                f"workers do more ({algorithm.get('worker_duties')}); use parallel.inference=worker, or algo="
+                f"parallel.inference: central needs workers that only step environments; "
+                f"algo={config.get('algo.name')}'s workers do more ({algorithm.get('worker_duties')}); "
+                f"use parallel.inference=worker, or algo="
                 f"{config.algorithms_with('central_inference', True)}"
             )
         if algorithm.get("needs_ray") and not cls.uses_ray:  # the algorithm's actors or services are Ray actors
@@ -88,9 +89,9 @@ class Sampler(ABC):
             )
         if not cls.uses_ray and config.get("ray.address"):  # silently training locally instead would surprise
             problems.append(
-                f"ray.address: {config.get('ray.address')!r} (hardware=cluster or ray.address) names a Ray cluster, but "
-                f"parallel={config.get('parallel.name')} ({cls.__name__}) uses no Ray; use parallel=distributed, or drop "
-                f"hardware=cluster and ray.address"
+                f"ray.address: {config.get('ray.address')!r} (hardware=cluster or ray.address) names a Ray cluster, "
+                f"but parallel={config.get('parallel.name')} ({cls.__name__}) uses no Ray; use parallel=distributed, "
+                f"or drop hardware=cluster and ray.address"
             )
         return problems
 
