@@ -1,6 +1,6 @@
 """Per-step cost of the CNN acting copies: numpy float64 (the default for `small`), numpy float32
 and torch float32 (`acting=torch`, the default for `nature` and `impala`), for 1, 4 and 8
-observations, one thread. The table in rlpar/models/numpy_cnn.py comes from this script.
+observations, one thread. The table in rlpar/models/acting/numpy_cnn.py comes from this script.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/cnn_acting.py
 """
@@ -18,9 +18,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlpar.envs.spaces import ActionInfo  # noqa: E402
-from rlpar.models.numpy_cnn import NumpyCNNPolicy  # noqa: E402
+from rlpar.models.acting.numpy_cnn import NumpyCNNPolicy  # noqa: E402
 from rlpar.models.spec import PolicySpec  # noqa: E402
-from rlpar.models.torch_acting import TorchPolicy  # noqa: E402
+from rlpar.models.acting.torch_acting import TorchPolicy  # noqa: E402
 
 CASES = [("nature", (4, 84, 84), False), ("impala", (4, 84, 84), False), ("small", (3, 5, 5), True)]
 

@@ -18,7 +18,7 @@ from tempfile import TemporaryDirectory
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rlpar.config.compose import compose_config  # noqa: E402
-from rlpar.learning.compiled import gradient_step  # noqa: E402
+from rlpar.learning.optimization.compiled import gradient_step  # noqa: E402
 from rlpar.runtime.build import build_trainer  # noqa: E402
 
 TABLE = ["env=pendulum", "workers=1", "envs_per_worker=1", "algo.rollout_length=2048", "algo.epochs=10",

@@ -21,7 +21,7 @@ from common import machine, markdown_table, rotated
 from rlpar.algos.ppo import LEARNING_ARRAYS, PPO
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.spaces import ActionInfo
-from rlpar.learning.batch_tensors import valid_step_tensors
+from rlpar.learning.estimators.batch_tensors import valid_step_tensors
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import probe_policy_spec
 from rlpar.sampling.rollout import RolloutWorker

@@ -4,7 +4,7 @@ One iteration: act with the current weights -> n-step (or GAE) advantages -> one
 on the whole batch -> new weights. Runs on every sampler; `sync_mode=blocking` keeps it on-policy.
 A recurrent policy (`model.recurrent`) takes the step on pieces of `sequence_length` steps of each
 environment (whole rollouts by default), each unrolled from its stored state
-(rlpar.learning.sequences).
+(rlpar.learning.estimators.sequences).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.compiled import COMPILE_SWITCH_STEP, EagerStep, compile_setting, gradient_step
-from rlpar.learning.optim import build_optimizer
-from rlpar.learning.step import LearningRate
+from rlpar.learning.losses.actor_critic import ActorCriticLoss
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, EagerStep, compile_setting, gradient_step
+from rlpar.learning.optimization.optim import build_optimizer
+from rlpar.learning.optimization.step import LearningRate
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "advantages", "returns")
@@ -59,7 +59,7 @@ class A2C(Algorithm):
     ):
         """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
-        (rlpar.learning.compiled), used from gradient step `compile_switch` on (or `ready`: as
+        (rlpar.learning.optimization.compiled), used from gradient step `compile_switch` on (or `ready`: as
         soon as it is compiled). `sequence_length`: a recurrent policy's learning pieces, in
         steps (None: the rollout)."""
         super().__init__(

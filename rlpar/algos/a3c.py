@@ -3,7 +3,7 @@ own n-step rollouts and a parameter server applies each as it arrives.
 
 One iteration: take the rollouts that have arrived (`non_blocking`: a worker samples on as soon
 as it has the newest weights) -> each worker has applied its gradient of A2C's objective
-(rlpar.learning.actor_critic) on the parameter server itself, which records how many versions
+(rlpar.learning.losses.actor_critic) on the parameter server itself, which records how many versions
 stale each was, and taken the newest weights back -> the learner keeps the books.
 
 The sampler starts the parameter server where its layout puts it (rlpar.sampling.services) and
@@ -14,7 +14,7 @@ the workers reach it through its address:
   get the new address with the next weights.
 - parallel=multiprocess: parameters and optimiser statistics in shared memory, which every
   worker process updates in place without locks (Hogwild, as in the paper;
-  rlpar.learning.hogwild). The learner's model is that shared model.
+  rlpar.learning.optimization.hogwild). The learner's model is that shared model.
 - parallel=local: in the learner's process, one worker, one gradient per iteration, applied
   before the next rollout: synchronous, and then exactly A2C with the same hyper-parameters.
 Except with shared memory, the server owns the weights and the optimiser; the learner's own
@@ -22,7 +22,7 @@ Except with shared memory, the server owns the weights and the optimiser; the le
 
 A recurrent policy (`model.recurrent`): each worker's gradient is over its rollout as one
 sequence per environment, unrolled from the state stored at the rollout's start, reset at
-episode ends (rlpar.learning.actor_critic); async n-step Q does the same with its Q-networks.
+episode ends (rlpar.learning.losses.actor_critic); async n-step Q does the same with its Q-networks.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import numpy as np
 
 from rlpar.algos.a2c import A2C
 from rlpar.algos.base import StepResult
-from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.hogwild import SharedParameters
-from rlpar.learning.parameter_server import ParameterServer
+from rlpar.learning.losses.actor_critic import ActorCriticLoss
+from rlpar.learning.optimization.hogwild import SharedParameters
+from rlpar.learning.optimization.parameter_server import ParameterServer
 from rlpar.sampling.gradient_worker import GradientWorker
 
 OBJECTIVE_KEYS = ("gamma", "advantage", "n_steps", "gae_lambda", "value_coef", "entropy_coef", "normalize_advantages")

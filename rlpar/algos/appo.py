@@ -10,7 +10,7 @@ optional KL penalty keeps the policy near the target network.
 A recurrent policy (`model.recurrent`) takes its V-trace targets from the target network
 unrolled over each whole rollout from the state stored at its start; its minibatches are whole
 pieces of `sequence_length` steps (whole rollouts by default), each replayed from its stored
-state (rlpar.learning.sequences), as PPO's.
+state (rlpar.learning.estimators.sequences), as PPO's.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import vtrace_inputs
-from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import adam
-from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
-from rlpar.learning.step import LearningRate
-from rlpar.learning.vtrace import compute_vtrace
+from rlpar.learning.estimators.batch_tensors import vtrace_inputs
+from rlpar.learning.estimators.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
+from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.optim import adam
+from rlpar.learning.optimization.step import LearningRate
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "behaviour_logp", "target_logp", "advantages", "returns")
@@ -76,7 +76,7 @@ class APPO(Algorithm):
         compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(

@@ -2,7 +2,7 @@
 A3C's machinery with a Q-network.
 
 One iteration: as A3C (rlpar.algos.a3c), but each worker's gradient is of the n-step Q-learning
-loss on its own rollout (rlpar.learning.nstep_q), bootstrapped from a target network that the
+loss on its own rollout (rlpar.learning.losses.nstep_q), bootstrapped from a target network that the
 parameter server refreshes with a hard copy every `target_update_every` applied gradients and
 hands out with the weights. No replay: every transition is learned from once, by the worker that
 collected it, as in the paper.
@@ -19,7 +19,7 @@ import numpy as np
 
 from rlpar.algos.a3c import A3C
 from rlpar.learning.exploration import SpreadEpsilons
-from rlpar.learning.nstep_q import NStepQLoss
+from rlpar.learning.losses.nstep_q import NStepQLoss
 
 
 class AsyncDQN(A3C):

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlpar.learning.batch_tensors import explained_variance
-from rlpar.learning.compiled import CompiledStep
-from rlpar.learning.optim import load_optimizer_state, optimizer_state
-from rlpar.learning.ppo_loss import normalize
-from rlpar.learning.reward_normalizer import RewardNormalizer
-from rlpar.learning.rewards import clip_rewards
-from rlpar.learning.sequences import step_tensors
-from rlpar.learning.step import GuardedStep, LearningRate
+from rlpar.learning.estimators.batch_tensors import explained_variance
+from rlpar.learning.estimators.reward_normalizer import RewardNormalizer
+from rlpar.learning.estimators.rewards import clip_rewards
+from rlpar.learning.estimators.sequences import step_tensors
+from rlpar.learning.losses.ppo_loss import normalize
+from rlpar.learning.optimization.compiled import CompiledStep
+from rlpar.learning.optimization.optim import load_optimizer_state, optimizer_state
+from rlpar.learning.optimization.step import GuardedStep, LearningRate
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 from rlpar.sampling.rollout import RolloutWorker
@@ -63,7 +63,7 @@ class Algorithm(ABC):
     not_data_parallel_because = "does not split its update into learning_inputs (rank 0) and learn (every rank)"
     collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
     learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
-    # the algo.precision values it learns in (rlpar.learning.precision)
+    # the algo.precision values it learns in (rlpar.learning.optimization.precision)
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
     needs_ray = False  # its actors or services are Ray actors: a sampler without Ray (uses_ray) refuses it
@@ -71,7 +71,7 @@ class Algorithm(ABC):
     if TYPE_CHECKING:  # what subclasses set or define, used by the shared steps below (hidden from known_keys)
         lr: LearningRate  # the learning rate and its schedule
         minibatch_size: int  # on-policy algorithms with minibatches
-        gradient_step: Any  # an EagerStep or CompiledStep (rlpar.learning.compiled)
+        gradient_step: Any  # an EagerStep or CompiledStep (rlpar.learning.optimization.compiled)
 
         def learning_inputs(self, batch: Batch) -> dict: ...
 
@@ -177,7 +177,7 @@ class Algorithm(ABC):
         self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int, precision: str = "fp32"
     ) -> None:
         """The optimiser of the model's parameters, and the guarded step that applies it (in
-        `precision`: rlpar.learning.precision)."""
+        `precision`: rlpar.learning.optimization.precision)."""
         self.optimizer = optimizer
         self.step = GuardedStep(
             parameters=self.parameters,
@@ -254,7 +254,7 @@ class Algorithm(ABC):
         """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
         in a learner group this rank's environment columns of it); the loss's parts. A recurrent
         model's step takes pieces of `sequence_length` steps (None: whole rollouts), each
-        unrolled from its stored state (rlpar.learning.sequences), so the loss sees the valid
+        unrolled from its stored state (rlpar.learning.estimators.sequences), so the loss sees the valid
         steps through the memory that acted on them. The parts are the whole batch's in a group."""
         self.receive_from_rank0(inputs)
         _, parts = self.gradient_step(**self.learning_tensors(inputs, names, sequence_length=sequence_length))
@@ -264,7 +264,7 @@ class Algorithm(ABC):
     def learning_tensors(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None) -> dict:
         """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
         for a recurrent model, [L, P] pieces of `sequence_length` steps (None: whole rollouts)
-        with their `valid` steps and stored `initial_state` (rlpar.learning.sequences)."""
+        with their `valid` steps and stored `initial_state` (rlpar.learning.estimators.sequences)."""
         return step_tensors(
             {name: inputs[name] for name in names},
             valid=inputs["valid"],

@@ -14,7 +14,7 @@ With a recurrent Q-network (`model.recurrent`), R2D2's sequence replay (Kapturow
 the replay keeps overlapping sequences of `burn_in + sequence_length` steps with the state that
 entered their first step (rlpar.replay.sequences); the learner unrolls the burn-in from that
 state without training on it, learns on the rest, and prioritises each sequence by a mix of the
-max and mean of its TD errors (rlpar.learning.r2d2). `replay.capacity` and `learning_starts`
+max and mean of its TD errors (rlpar.learning.losses.r2d2). `replay.capacity` and `learning_starts`
 still count env steps: a sequence brings `sequence_length // 2` new ones.
 """
 
@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
-from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import adam, polyak
-from rlpar.learning.q_targets import q_targets, weighted_huber
-from rlpar.learning.r2d2 import sequence_q_loss
-from rlpar.learning.step import LearningRate, linear_schedule
+from rlpar.learning.losses.q_targets import q_targets, weighted_huber
+from rlpar.learning.losses.r2d2 import sequence_q_loss
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.optim import adam, polyak
+from rlpar.learning.optimization.step import LearningRate, linear_schedule
 from rlpar.replay.sequences import SequenceWriter, sequence_fields
 from rlpar.replay.settings import ReplaySettings
 
@@ -76,7 +76,7 @@ class DQN(ReplayLearner):
         burn_in: int = 8,
         sequence_length: int = 16,
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled);
         `burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
         self.recurrent = policy_spec.recurrent is not None

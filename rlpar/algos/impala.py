@@ -20,13 +20,13 @@ from typing import Any
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import vtrace_inputs
-from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import adam
-from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, valid_steps
-from rlpar.learning.step import LearningRate
-from rlpar.learning.vtrace import compute_vtrace
+from rlpar.learning.estimators.batch_tensors import vtrace_inputs
+from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
+from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.losses.ppo_loss import policy_gradient_loss, value_loss
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.optim import adam
+from rlpar.learning.optimization.step import LearningRate
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "returns")  # returns: V-trace's targets vs
@@ -66,7 +66,7 @@ class IMPALA(Algorithm):
         precision: str = "fp32",
     ):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
-        valid steps of a batch vary) (rlpar.learning.compiled), used from gradient step
+        valid steps of a batch vary) (rlpar.learning.optimization.compiled), used from gradient step
         `compile_switch` on (or `ready`: as soon as it is compiled)."""
         super().__init__(
             sampler=sampler,

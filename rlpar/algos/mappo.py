@@ -25,7 +25,7 @@ import numpy as np
 
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.algos.ppo import PPO
-from rlpar.models.policy_set import PolicySet
+from rlpar.models.modules.policy_set import PolicySet
 
 
 class IPPO(Algorithm):

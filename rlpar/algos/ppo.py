@@ -4,7 +4,7 @@ One iteration: act with the current weights -> GAE advantages -> `epochs` passes
 minibatches -> new weights. Runs on every sampler; `sync_mode=blocking` keeps it on-policy.
 A recurrent policy (`model.recurrent`) learns from pieces of `sequence_length` steps of each
 environment (whole rollouts by default), each replayed from its stored state: minibatches are
-whole pieces (rlpar.learning.sequences).
+whole pieces (rlpar.learning.estimators.sequences).
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.batch_tensors import advantage_inputs
-from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.optim import adam
-from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.sequences import (
+from rlpar.learning.estimators.batch_tensors import advantage_inputs
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.estimators.sequences import (
     evaluate_steps,
     minibatches,
     piece_count,
     sequence_stats,
     valid_steps,
 )
-from rlpar.learning.step import LearningRate
+from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.optim import adam
+from rlpar.learning.optimization.step import LearningRate
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "returns")
@@ -66,7 +66,7 @@ class PPO(Algorithm):
         compile_switch: int | str = COMPILE_SWITCH_STEP,
         precision: str = "fp32",
     ):
-        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.compiled),
+        """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(
@@ -240,7 +240,7 @@ class PPO(Algorithm):
 
     def epoch_minibatches(self, data: dict, inputs: dict, epoch: int):
         """One epoch's minibatches, each with a leading dimension of minibatches
-        (rlpar.learning.sequences.minibatches: rows `unroll` at a time, or whole pieces); in a
+        (rlpar.learning.estimators.sequences.minibatches: rows `unroll` at a time, or whole pieces); in a
         group, this rank's rows of each (`shard_inputs`), one at a time."""
         share = inputs.get("minibatches")
         if share is not None and "valid" not in data:

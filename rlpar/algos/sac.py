@@ -13,7 +13,7 @@ each on a minibatch from the replay:
 -> weights (the actor's only) published to the workers every `weight_sync_interval` updates.
 
 The critics and the actor learn with their own Adam, as in the reference implementations, each
-step one graph with `algo.compile` (rlpar.learning.compiled). Runs on every sampler, the same on
+step one graph with `algo.compile` (rlpar.learning.optimization.compiled). Runs on every sampler, the same on
 each; the Ape-X-style SAC over replay shards is `algo=apex_sac` (rlpar.algos.apex_sac).
 """
 
@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from rlpar.algos.replay_learner import ReplayLearner, as_tensor
-from rlpar.learning.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
-from rlpar.learning.optim import adam, load_optimizer_state, optimizer_state, polyak
-from rlpar.learning.step import GuardedStep, LearningRate
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.optim import adam, load_optimizer_state, optimizer_state, polyak
+from rlpar.learning.optimization.step import GuardedStep, LearningRate
 from rlpar.replay.settings import ReplaySettings
 
 
@@ -73,7 +73,7 @@ class SAC(ReplayLearner):
     ):
         """`alpha`: the entropy coefficient α, auto (learned, from `initial_alpha`) or fixed;
         `max_grad_norm`: .inf, no clipping (as the reference implementations). `compile_switch`:
-        each step's gradient step from which its compiled graph is used (rlpar.learning.compiled)."""
+        each step's gradient step from which its compiled graph is used (rlpar.learning.optimization.compiled)."""
         super().__init__(
             sampler=sampler,
             policy_spec=policy_spec,

@@ -19,7 +19,7 @@ import copy
 import torch
 
 from rlpar.algos.sac import SAC
-from rlpar.learning.optim import polyak
+from rlpar.learning.optimization.optim import polyak
 
 
 class TD3(SAC):

@@ -109,7 +109,7 @@ class Collective:
         return (weighted[:, :-1] / weighted[:, -1:]).to(values.dtype)
 
     def normalize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-        """rlpar.learning.ppo_loss.normalize over the union of every rank's `x` (unbiased std):
+        """rlpar.learning.losses.ppo_loss.normalize over the union of every rank's `x` (unbiased std):
         one all-reduce of count, sum and sum of squares, in float64 (exact enough for advantages,
         and one round trip per minibatch instead of two)."""
         x64 = x.detach().to(torch.float64)

@@ -92,13 +92,13 @@ class ActorQSpec(NetworkFields):
 
     def build(self):
         """The trainable torch module (learner side)."""
-        from rlpar.models.actor_q import ActorQ
+        from rlpar.models.modules.actor_q import ActorQ
 
         return ActorQ(self)
 
     def acting_policy(self, env_ids=None):
         """The actor alone, in numpy (float32 with `acting=numpy32`); its noise scale (one, or one per
         environment of the run: `env_ids` are the global ids this copy steps) comes with the weights."""
-        from rlpar.models.numpy_actor import NumpyActor
+        from rlpar.models.acting.numpy_actor import NumpyActor
 
         return NumpyActor(self, env_ids, dtype=self.acting_dtype)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlpar.envs.spaces import ActionInfo, action_layout
-from rlpar.models.numpy_acting import NumpyActing
+from rlpar.models.acting.numpy_acting import NumpyActing
 from rlpar.models.spec import PolicySpec
 
 POLICY_PREFIX = "policies."
@@ -79,7 +79,7 @@ class MultiAgentSpec:
         return np.flatnonzero(np.asarray(self.policy_of)[np.arange(num_rows) % self.agents_per_env] == policy)
 
     def build(self):
-        from rlpar.models.policy_set import PolicySet
+        from rlpar.models.modules.policy_set import PolicySet
 
         return PolicySet({name: spec.build() for name, spec in self.policies})
 

@@ -41,7 +41,7 @@ class QNetworkSpec(NetworkFields):
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
     acting: str = "auto"  # auto | numpy | numpy32 | torch: the workers' copy (rlpar.models.spec.choose_acting)
-    recurrent: str | None = None  # lstm | gru: R2D2's recurrent Q-network (rlpar.models.recurrent)
+    recurrent: str | None = None  # lstm | gru: R2D2's recurrent Q-network (rlpar.models.modules.recurrent)
     recurrent_size: int = 128
 
     def __post_init__(self):
@@ -56,10 +56,10 @@ class QNetworkSpec(NetworkFields):
     def build(self):
         """The trainable torch module (learner side)."""
         if self.recurrent is not None:
-            from rlpar.models.recurrent import RecurrentQNetwork
+            from rlpar.models.modules.recurrent import RecurrentQNetwork
 
             return RecurrentQNetwork(self)
-        from rlpar.models.q_network import QNetwork
+        from rlpar.models.modules.q_network import QNetwork
 
         return QNetwork(self)
 
@@ -68,13 +68,13 @@ class QNetworkSpec(NetworkFields):
         the large CNNs, with a torch copy (`acting`); ε comes with the weights, one value or one per
         environment of the run (`env_ids`: the global ids this copy steps)."""
         if self.chosen_acting == "torch":
-            from rlpar.models.torch_acting import TorchQPolicy
+            from rlpar.models.acting.torch_acting import TorchQPolicy
 
             return TorchQPolicy(self, env_ids)
         if self.recurrent is not None:
-            from rlpar.models.numpy_recurrent import NumpyRecurrentQPolicy
+            from rlpar.models.acting.numpy_recurrent import NumpyRecurrentQPolicy
 
             return NumpyRecurrentQPolicy(self, env_ids)
-        from rlpar.models.numpy_q_policy import NumpyQPolicy
+        from rlpar.models.acting.numpy_q_policy import NumpyQPolicy
 
         return NumpyQPolicy(self, env_ids, dtype=self.acting_dtype)

@@ -205,14 +205,14 @@ class PolicySpec(NetworkFields):
         """The trainable torch module (learner side): the MLP actor-critic, the CNN one, or a
         recurrent one over either encoder."""
         if self.recurrent is not None:
-            from rlpar.models.recurrent import RecurrentActorCritic
+            from rlpar.models.modules.recurrent import RecurrentActorCritic
 
             return RecurrentActorCritic(self)
         if self.chosen_encoder == "mlp":
-            from rlpar.models.actor_critic import ActorCritic
+            from rlpar.models.modules.actor_critic import ActorCritic
 
             return ActorCritic(self)
-        from rlpar.models.cnn import CNNActorCritic
+        from rlpar.models.modules.cnn import CNNActorCritic
 
         return CNNActorCritic(self)
 
@@ -223,17 +223,17 @@ class PolicySpec(NetworkFields):
         impala CNNs). `env_ids` (the global ids of the environments it steps) are for policies
         that treat environments differently, not this one."""
         if self.chosen_acting == "torch":
-            from rlpar.models.torch_acting import TorchPolicy
+            from rlpar.models.acting.torch_acting import TorchPolicy
 
             return TorchPolicy(self)
         if self.recurrent is not None:
-            from rlpar.models.numpy_recurrent import NumpyRecurrentPolicy
+            from rlpar.models.acting.numpy_recurrent import NumpyRecurrentPolicy
 
             return NumpyRecurrentPolicy(self)
         if self.chosen_encoder == "mlp":
-            from rlpar.models.numpy_policy import NumpyPolicy, NumpyPolicy32
+            from rlpar.models.acting.numpy_policy import NumpyPolicy, NumpyPolicy32
 
             return NumpyPolicy32(self) if self.chosen_acting == "numpy32" else NumpyPolicy(self)
-        from rlpar.models.numpy_cnn import NumpyCNNPolicy
+        from rlpar.models.acting.numpy_cnn import NumpyCNNPolicy
 
         return NumpyCNNPolicy(self, dtype=self.acting_dtype)

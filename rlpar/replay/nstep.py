@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlpar.learning.env_rounds import rounds_of_distinct_envs
+from rlpar.learning.estimators.env_rounds import rounds_of_distinct_envs
 
 
 def most_transitions_per_rollout(*, num_envs: int, rollout_length: int, n: int) -> int:

@@ -19,7 +19,7 @@ continue with that environment's next rollout, whichever column or worker it com
 environment the writer has no track of and no episode end for (a run's first rollout, or a
 resume without the writer's state) may be mid-episode: its grid starts there with a real
 burn-in from the stored state. Sequences come out per round of distinct environments (see
-rlpar.learning.env_rounds) ordered by the rollout step that completed them, then environment
+rlpar.learning.estimators.env_rounds) ordered by the rollout step that completed them, then environment
 id, then start: the same sequences in the same order however a sampler arranged the columns.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlpar.learning.env_rounds import rounds_of_distinct_envs
+from rlpar.learning.estimators.env_rounds import rounds_of_distinct_envs
 
 
 def sequence_fields(*, obs_dim: int, obs_dtype: str = "float32", state_size: int, burn_in: int, length: int) -> dict:

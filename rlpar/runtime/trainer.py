@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from rlpar.envs.atari import frames_per_step
-from rlpar.learning.compiled import stop_background_compiles
+from rlpar.learning.optimization.compiled import stop_background_compiles
 from rlpar.logging import startup
 from rlpar.runtime.checkpoint import Checkpointer, load_checkpoint
 from rlpar.runtime.episode_stats import EpisodeStats

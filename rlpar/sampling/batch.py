@@ -49,7 +49,7 @@ class Batch:
     their own value function (V-trace). `env_ids` are the environments' global indices in the run,
     the same whichever worker stepped them, so a learner can follow an environment across rollouts.
     `states` (recurrent policies only, else None) is the recurrent state entering each step, its
-    reset after an autoreset step already applied (rlpar.models.recurrent): a learner replays a
+    reset after an autoreset step already applied (rlpar.models.modules.recurrent): a learner replays a
     sequence from the state stored at its first step.
     """
 

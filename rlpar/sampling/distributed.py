@@ -75,7 +75,7 @@ class DistributedSampler(WorkerPoolSampler):
     @classmethod
     def config_problems(cls, config) -> list[str]:
         """Joining a cluster that is not there would otherwise fail only after Ray's long retries."""
-        from rlpar.config.ray_address import ray_address_problem
+        from rlpar.cluster.address import ray_address_problem
 
         problems = super().config_problems(config)
         config.number("parallel.rebalance_interval_s", low=0, optional=True)

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from rlpar.errors import ServiceLost
-from rlpar.learning.rewards import clip_rewards
+from rlpar.learning.estimators.rewards import clip_rewards
 from rlpar.sampling.batch import raw_obs_moments
 from rlpar.sampling.rollout import RolloutWorker
 
@@ -32,7 +32,7 @@ class GradientWorker(RolloutWorker):
     ):
         """`objective`: what the worker differentiates (ActorCriticLoss, NStepQLoss): its
         `model_names` and `loss(models, batch, rewards) -> (loss, statistics)`; `precision`: fp32
-        or bf16, the loss computed under autocast (rlpar.learning.precision), the gradient float32."""
+        or bf16, the loss computed under autocast (rlpar.learning.optimization.precision), the gradient float32."""
         own_process = "torch" not in sys.modules  # a worker process of its own, not the learner's
         import torch
 
@@ -102,7 +102,7 @@ class GradientWorker(RolloutWorker):
     def gradients(self, batch) -> tuple[list[np.ndarray], dict]:
         """The gradient of the objective on this rollout (one array per parameter of the model)
         and the loss's statistics."""
-        from rlpar.learning.precision import autocast  # (torch: imported once the worker runs)
+        from rlpar.learning.optimization.precision import autocast  # (torch: imported once the worker runs)
 
         with autocast(self.precision, device_type="cpu"):
             loss, stats = self.objective.loss(

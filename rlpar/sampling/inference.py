@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlpar.envs.spaces import action_layout, noise_layout
-from rlpar.models.torch_acting import module_outputs
+from rlpar.models.acting.torch_acting import module_outputs
 from rlpar.sampling.inference_states import SET, ClientStates, ServerStates
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
 

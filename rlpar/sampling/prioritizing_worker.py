@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from rlpar.errors import ServiceLost
-from rlpar.learning.rewards import clip_rewards
+from rlpar.learning.estimators.rewards import clip_rewards
 from rlpar.replay.nstep import NStepWriter
 from rlpar.sampling.rollout import RolloutWorker
 

@@ -70,7 +70,7 @@ class RolloutWorker:
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         # A recurrent policy's state per environment (float64, as the numpy copy computes), zeroed
-        # before the step after an autoreset step (rlpar.models.recurrent); fresh environments start at zero.
+        # before the step after an autoreset step (rlpar.models.modules.recurrent); fresh environments start at zero.
         self.recurrent_state = np.zeros((num_envs, policy_spec.state_size)) if policy_spec.state_size else None
         self.state_reset_pending = np.zeros(num_envs, dtype=bool)
         # Box actions' noise correlated in time (an actor_q model's noise_correlation): each

@@ -183,7 +183,7 @@ def test_a_mode_that_contradicts_the_cluster_is_refused_up_front_in_one_line(ope
 @pytest.mark.ray
 def test_what_keeps_this_process_off_a_token_cluster_is_named_before_anything_starts(cluster, tmp_path, monkeypatch,
                                                                                      env_changes, expected):
-    from rlpar.config.ray_address import ray_address_problem
+    from rlpar.cluster.address import ray_address_problem
 
     empty_home = tmp_path / "empty"
     empty_home.mkdir()
@@ -198,7 +198,7 @@ def test_what_keeps_this_process_off_a_token_cluster_is_named_before_anything_st
 
 
 def test_an_address_that_is_no_ray_gcs_is_refused(tmp_path):
-    from rlpar.config.ray_address import ray_address_problem
+    from rlpar.cluster.address import ray_address_problem
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rlpar.algos.a2c import A2C
-from rlpar.learning.ppo_loss import policy_gradient_loss
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.nstep import compute_nstep_returns
+from rlpar.learning.losses.ppo_loss import policy_gradient_loss
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.estimators.nstep import compute_nstep_returns
 from rlpar.runtime.build import build_trainer
 from tests.rollouts import cartpole_rollout
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from rlpar.learning.step import LearningRate
+from rlpar.learning.optimization.step import LearningRate
 from rlpar.envs.factory import resolve_env_spec
-from rlpar.learning.actor_critic import ActorCriticLoss
+from rlpar.learning.losses.actor_critic import ActorCriticLoss
 from rlpar.sampling.gradient_worker import GradientWorker
-from rlpar.learning.parameter_server import ParameterServer
+from rlpar.learning.optimization.parameter_server import ParameterServer
 from rlpar.runtime.build import build_trainer
 from tests.rollouts import cartpole_rollout
 from tests.unit.test_a2c import GAMMA, make_a2c, one_torch_thread, resumed_against_uninterrupted  # noqa: F401 (a fixture)
@@ -115,7 +115,7 @@ def test_worker_processes_update_the_shared_parameters_asynchronously(make_cfg, 
     assert evaluation["eval_episodes"] == 2 and evaluation["eval_return_min"] >= 8
     applied = sum(row["gradients_applied"] for row in rows)
     # The version runs ahead by gradients of rollouts in flight, and behind by increments lost
-    # to Hogwild's unlocked writes (rlpar/learning/hogwild.py): a few either way.
+    # to Hogwild's unlocked writes (rlpar/learning/optimization/hogwild.py): a few either way.
     assert applied >= 60 and abs(rows[-1]["policy_version"] - applied) <= 3
     assert max(row["gradient_staleness_max"] for row in rows if "gradient_staleness_max" in row) >= 1
     assert all(not bool((a == b).all()) for a, b in zip(initial, learned))
@@ -158,8 +158,8 @@ def test_a_gradient_applied_in_another_process_changes_the_learners_model():
     the parent's model and optimiser statistics, and the counters count it."""
     import multiprocessing
 
-    from rlpar.learning.hogwild import SharedParameters
-    from rlpar.learning.optim import build_optimizer
+    from rlpar.learning.optimization.hogwild import SharedParameters
+    from rlpar.learning.optimization.optim import build_optimizer
 
     policy_spec, _ = cartpole_rollout(make_a2c)
     model = policy_spec.build()
@@ -208,7 +208,7 @@ def test_nstep_q_targets_by_hand():
     """Returns to the rollout's end, bootstrapped from max_a Q_target = 5; a termination cuts
     the sum, a truncation bootstraps from the real final observation, an autoreset step is
     no transition."""
-    from rlpar.learning.nstep_q import NStepQLoss
+    from rlpar.learning.losses.nstep_q import NStepQLoss
     from rlpar.sampling.batch import Batch
 
     _, models = q_models()

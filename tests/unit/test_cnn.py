@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from rlpar.envs.spaces import describe_action_space, describe_observation_space
-from rlpar.models.cnn import CNNActorCritic
-from rlpar.models.numpy_acting import PolicyChoice
-from rlpar.models.numpy_cnn import NumpyCNNPolicy
-from rlpar.models.numpy_policy import NumpyPolicy
-from rlpar.models.numpy_q_policy import NumpyQPolicy
+from rlpar.models.modules.cnn import CNNActorCritic
+from rlpar.models.acting.numpy_acting import PolicyChoice
+from rlpar.models.acting.numpy_cnn import NumpyCNNPolicy
+from rlpar.models.acting.numpy_policy import NumpyPolicy
+from rlpar.models.acting.numpy_q_policy import NumpyQPolicy
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.models.spec import PolicySpec
-from rlpar.models.torch_acting import TorchPolicy, TorchQPolicy
+from rlpar.models.acting.torch_acting import TorchPolicy, TorchQPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # frame-stacked, channels first

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rlpar.learning.gae import compute_gae
+from rlpar.learning.estimators.gae import compute_gae
 
 
 def gae(rewards, values, bootstrap, terminated=None, truncated=None, valid=None, gamma=0.9, lam=0.5):

@@ -2,7 +2,7 @@
 
 import torch
 
-from rlpar.learning.sequences import minibatches
+from rlpar.learning.estimators.sequences import minibatches
 
 
 def test_rows_in_the_shuffled_order_unroll_at_a_time_and_the_remainder_left_out():

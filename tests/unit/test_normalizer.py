@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rlpar.models.normalizer import ObservationNormalizer
+from rlpar.models.modules.normalizer import ObservationNormalizer
 
 
 def raw_batches(seed=0, dim=3):

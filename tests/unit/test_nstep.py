@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.nstep import compute_nstep_returns
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.estimators.nstep import compute_nstep_returns
 from tests.episode_flags import covers_every_case, rollout_flags
 
 

@@ -13,7 +13,7 @@ import torch
 from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.spaces import describe_action_space, describe_observation_space, draw_noise
 from rlpar.models.actor_q_spec import ActorQSpec
-from rlpar.models.numpy_acting import categorical
+from rlpar.models.acting.numpy_acting import categorical
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import build_trainer

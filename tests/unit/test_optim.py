@@ -4,7 +4,7 @@ import copy
 
 import torch
 
-from rlpar.learning.optim import adam, adam_state, load_optimizer_state, optimizer_state
+from rlpar.learning.optimization.optim import adam, adam_state, load_optimizer_state, optimizer_state
 
 
 def make_params(seed):
@@ -95,7 +95,7 @@ def test_a_kept_state_is_a_snapshot_and_loading_it_twice_shares_no_tensor():
 
 
 def test_polyak_moves_each_target_parameter_tau_of_the_way_to_the_online_one():
-    from rlpar.learning.optim import polyak
+    from rlpar.learning.optimization.optim import polyak
 
     torch.manual_seed(0)
     target, online = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)

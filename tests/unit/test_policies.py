@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlpar.envs.spaces import ActionInfo, ActionMapper
-from rlpar.models.numpy_policy import NumpyPolicy
+from rlpar.models.acting.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec
 
 DISCRETE = PolicySpec(obs_dim=4, action=ActionInfo(discrete=True, size=3))

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rlpar.learning.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
+from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
 
 
 def test_clipped_policy_loss_clips_positive_advantage_above_one_plus_clip():

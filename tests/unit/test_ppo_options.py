@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rlpar.algos.ppo import PPO
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.ppo_loss import value_loss
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.losses.ppo_loss import value_loss
 from tests.rollouts import cartpole_rollout
 
 GAMMA, GAE_LAMBDA = 0.99, 0.95

@@ -10,8 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rlpar.algos.ppo import LEARNING_ARRAYS
 from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.factory import resolve_env_spec
-from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.batch_tensors import valid_step_tensors
+from rlpar.learning.losses.actor_critic import ActorCriticLoss
+from rlpar.learning.estimators.batch_tensors import valid_step_tensors
 from rlpar.sampling.gradient_worker import GradientWorker
 from tests.rollouts import cartpole_rollout
 from tests.unit.test_a2c import GAMMA, make_a2c

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlpar.envs.spaces import ActionInfo
-from rlpar.learning.q_targets import q_targets, weighted_huber
+from rlpar.learning.losses.q_targets import q_targets, weighted_huber
 from rlpar.models.q_spec import QNetworkSpec
 
 

@@ -9,7 +9,7 @@ import torch
 
 from rlpar.envs.factory import EnvSpec
 from rlpar.envs.spaces import describe_action_space
-from rlpar.learning.sequences import cut_pieces, evaluate_steps, piece_count, piece_tensors, valid_steps
+from rlpar.learning.estimators.sequences import cut_pieces, evaluate_steps, piece_count, piece_tensors, valid_steps
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch

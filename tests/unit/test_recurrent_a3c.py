@@ -7,11 +7,11 @@ import torch
 
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.spaces import ActionInfo
-from rlpar.learning.actor_critic import ActorCriticLoss
-from rlpar.learning.nstep import compute_nstep_returns
-from rlpar.learning.nstep_q import NStepQLoss
-from rlpar.learning.ppo_loss import policy_gradient_loss, value_loss
-from rlpar.learning.q_targets import weighted_huber
+from rlpar.learning.losses.actor_critic import ActorCriticLoss
+from rlpar.learning.estimators.nstep import compute_nstep_returns
+from rlpar.learning.losses.nstep_q import NStepQLoss
+from rlpar.learning.losses.ppo_loss import policy_gradient_loss, value_loss
+from rlpar.learning.losses.q_targets import weighted_huber
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.evaluate_run import evaluate_run

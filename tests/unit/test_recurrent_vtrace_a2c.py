@@ -14,10 +14,10 @@ from rlpar.algos.a2c import A2C
 from rlpar.algos.appo import APPO
 from rlpar.algos.impala import IMPALA
 from rlpar.envs.factory import resolve_env_spec
-from rlpar.learning.batch_tensors import vtrace_inputs
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.sequences import evaluate_steps, piece_tensors
-from rlpar.learning.vtrace import compute_vtrace
+from rlpar.learning.estimators.batch_tensors import vtrace_inputs
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.estimators.sequences import evaluate_steps, piece_tensors
+from rlpar.learning.estimators.vtrace import compute_vtrace
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import probe_policy_spec
 from rlpar.runtime.run import run

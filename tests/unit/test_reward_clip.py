@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rlpar.envs.factory import resolve_env_spec
-from rlpar.learning.actor_critic import ActorCriticLoss
+from rlpar.learning.losses.actor_critic import ActorCriticLoss
 from rlpar.sampling.gradient_worker import GradientWorker
-from rlpar.learning.rewards import clip_rewards
+from rlpar.learning.estimators.rewards import clip_rewards
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.sampling.prioritizing_worker import PrioritizingWorker
 from rlpar.runtime.build import build_trainer, probe_policy_spec
@@ -63,7 +63,7 @@ def test_ape_x_actors_write_clipped_rewards(reward_clip, factor):
     actor = PrioritizingWorker(env_spec=CARTPOLE, policy_spec=spec, num_envs=2, rollout_length=8, seed=0, n_step=3,
                                gamma=0.9, reward_clip=reward_clip)
     try:
-        from rlpar.models.q_network import QNetwork
+        from rlpar.models.modules.q_network import QNetwork
 
         actor.set_weights({k: v.numpy() for k, v in QNetwork(spec).state_dict().items()} | {"epsilon": 1.0}, 1)
         transitions = actor.sample().extras["transitions"][0]

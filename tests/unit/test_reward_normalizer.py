@@ -4,7 +4,7 @@ step by step, its variance over all steps so far (numpy), and rewards divided by
 import numpy as np
 import pytest
 
-from rlpar.learning.reward_normalizer import RewardNormalizer
+from rlpar.learning.estimators.reward_normalizer import RewardNormalizer
 
 GAMMA = 0.9
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlpar.learning.r2d2 import (masked_weighted_huber, rescale, sequence_priorities, sequence_q_loss, sequence_targets,
+from rlpar.learning.losses.r2d2 import (masked_weighted_huber, rescale, sequence_priorities, sequence_q_loss, sequence_targets,
                                 unrescale)
 from rlpar.replay.samplers import PrioritizedSampler
 from rlpar.replay.sequences import SequenceWriter, sequence_fields

@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.vtrace import compute_vtrace
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.estimators.vtrace import compute_vtrace
 from tests.episode_flags import covers_every_case, rollout_flags
 
 

@@ -1,5 +1,5 @@
 """A compiled step is first compiled in a forked child that fills Inductor's on-disk cache, while
-the learner goes on eagerly; then it compiles here from that cache (rlpar.learning.compiled)."""
+the learner goes on eagerly; then it compiles here from that cache (rlpar.learning.optimization.compiled)."""
 
 import os
 import time
@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from rlpar.learning.compiled import WarmCompile, _WarmChild, stop_background_compiles, torch_compile
+from rlpar.learning.optimization.compiled import WarmCompile, _WarmChild, stop_background_compiles, torch_compile
 
 
 def settle(warm: WarmCompile, args: tuple, timeout_s: float = 180.0) -> None:
@@ -83,7 +83,7 @@ def test_the_caller_stays_eager_until_the_child_has_warmed_the_cache_then_compil
 
 
 def test_auto_compiles_long_runs_of_vector_models_only():
-    from rlpar.learning.compiled import compile_setting
+    from rlpar.learning.optimization.compiled import compile_setting
 
     long = dict(expected_gradient_steps=1_000_000)
     assert compile_setting("auto", **long) is True
@@ -94,7 +94,7 @@ def test_auto_compiles_long_runs_of_vector_models_only():
 
 
 def test_a_child_that_does_not_finish_in_time_is_stopped_and_the_caller_stays_eager(monkeypatch, capfd):
-    import rlpar.learning.compiled as compiled
+    import rlpar.learning.optimization.compiled as compiled
 
     monkeypatch.setattr(compiled, "WARM_UP_LIMIT_S", 0.0)
     warm = WarmCompile(torch_compile(lambda x: (x * 5).exp()), device=torch.device("cpu"))
@@ -131,8 +131,8 @@ def test_a_failed_compile_says_one_line_and_keeps_the_compilers_output_in_main_l
 def test_the_opt_in_switch_when_ready_says_once_that_runs_of_one_seed_differ(monkeypatch, caplog):
     import logging
 
-    from rlpar.learning.compiled import CompileSwitch
-    from rlpar.learning.optim import adam
+    from rlpar.learning.optimization.compiled import CompileSwitch
+    from rlpar.learning.optimization.optim import adam
 
     monkeypatch.setattr(CompileSwitch, "said_not_reproducible", False)
     switch = CompileSwitch("ready", optimizer=adam([torch.zeros(2, requires_grad=True)], lr=0.1))

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from rlpar.models.numpy_acting import EpsilonGreedyChoice, PolicyChoice
+from rlpar.models.acting.numpy_acting import EpsilonGreedyChoice, PolicyChoice
 
 
 def module_outputs(torch, module, obs: np.ndarray, state: np.ndarray | None, device="cpu") -> tuple:

@@ -7,7 +7,7 @@ learner corrects its n-step targets with truncated importance ratios pi / mu:
   * c = lambda * min(c_bar, pi / mu) is the trace cutting: how far a TD error flows back in time.
     c_bar only changes the speed of convergence, so it can be small without biasing the fixed point.
 
-Episode boundaries follow rlpar.learning.gae exactly: no bootstrap after a termination, a
+Episode boundaries follow rlpar.learning.estimators.gae exactly: no bootstrap after a termination, a
 truncation bootstraps from V(final observation) (`values[t + 1]`, or `bootstrap_value` on the
 last step), autoreset steps (`valid` False) are not transitions, and nothing flows across an
 episode boundary. On-policy (pi == mu) with lambda equal to GAE's, the targets are GAE's returns.

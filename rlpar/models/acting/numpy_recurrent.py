@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlpar.models.numpy_acting import ACTIVATIONS, EpsilonGreedyChoice, PolicyChoice
-from rlpar.models.numpy_policy import WhitenedObservations
-from rlpar.models.numpy_q_policy import q_from_features, q_heads
+from rlpar.models.acting.numpy_acting import ACTIVATIONS, EpsilonGreedyChoice, PolicyChoice
+from rlpar.models.acting.numpy_policy import WhitenedObservations
+from rlpar.models.acting.numpy_q_policy import q_from_features, q_heads
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -34,7 +34,7 @@ class NumpyRecurrentEncoding:
         self.activation = ACTIVATIONS[spec.activation]
         self.image_encoder = None
         if spec.chosen_encoder != "mlp":
-            from rlpar.models.numpy_cnn import NumpyEncoder
+            from rlpar.models.acting.numpy_cnn import NumpyEncoder
 
             self.image_encoder = NumpyEncoder(spec.chosen_encoder, spec.image_shape, spec.channels_last)
 

@@ -1,4 +1,4 @@
-"""n-step bootstrapped returns (A2C), with the episode-boundary rules of rlpar.learning.gae.
+"""n-step bootstrapped returns (A2C), with the episode-boundary rules of rlpar.learning.estimators.gae.
 
 The n-step return sum_{k<m} gamma^k r_{t+k} + gamma^m V(x_{t+m}) telescopes into the first m of
 GAE's TD errors, sum_{k<m} gamma^k delta_{t+k}, plus V(x_t). Summing those TD errors (rather than

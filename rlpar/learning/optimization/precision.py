@@ -1,6 +1,6 @@
 """`algo.precision`: the forward pass and loss in bfloat16 or float16 under torch.autocast, with
 the master weights, their gradients and the optimiser kept in float32; fp16, whose narrow range
-lets small gradients underflow, also scales the loss (torch.amp.GradScaler, rlpar.learning.step).
+lets small gradients underflow, also scales the loss (torch.amp.GradScaler, rlpar.learning.optimization.step).
 
 `fp32` is the path without any of it: no autocast context and no scaler.
 """

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import erf
 
-from rlpar.models.numpy_acting import ACTIVATIONS, LOG_STD_BOUNDS, NumpyActing
+from rlpar.models.acting.numpy_acting import ACTIVATIONS, NumpyActing
+from rlpar.models.constants import LOG_STD_BOUNDS
 
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
     from rlpar.models.actor_q_spec import ActorQSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rlpar.learning.q_targets import weighted_huber
+from rlpar.learning.losses.q_targets import weighted_huber
 
 RESCALE_EPS = 1e-3
 

@@ -14,8 +14,8 @@ import copy
 import numpy as np
 import torch
 
-from rlpar.learning.optim import build_optimizer, load_optimizer_state, optimizer_state
-from rlpar.learning.step import GuardedStep, LearningRate
+from rlpar.learning.optimization.optim import build_optimizer, load_optimizer_state, optimizer_state
+from rlpar.learning.optimization.step import GuardedStep, LearningRate
 
 
 class ParameterServer:

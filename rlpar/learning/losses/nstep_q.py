@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.learning.batch_tensors import advantage_inputs, valid_step_tensors
-from rlpar.learning.nstep import compute_nstep_returns
-from rlpar.learning.q_targets import weighted_huber
+from rlpar.learning.estimators.batch_tensors import advantage_inputs, valid_step_tensors
+from rlpar.learning.estimators.nstep import compute_nstep_returns
+from rlpar.learning.losses.q_targets import weighted_huber
 
 
 @dataclass(frozen=True)

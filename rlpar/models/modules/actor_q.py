@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlpar.models.numpy_acting import LOG_STD_BOUNDS
+from rlpar.models.constants import LOG_STD_BOUNDS
 
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
     from rlpar.models.actor_q_spec import ActorQSpec

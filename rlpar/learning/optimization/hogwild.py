@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from rlpar.learning.optim import load_optimizer_state, optimizer_state
-from rlpar.learning.parameter_server import TargetNetwork, apply_gradient, numpy_weights
-from rlpar.learning.step import GuardedStep
+from rlpar.learning.optimization.optim import load_optimizer_state, optimizer_state
+from rlpar.learning.optimization.parameter_server import TargetNetwork, apply_gradient, numpy_weights
+from rlpar.learning.optimization.step import GuardedStep
 
 VERSION, ENV_STEPS = 0, 1
 

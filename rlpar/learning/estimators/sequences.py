@@ -2,7 +2,7 @@
 length, each replayed from the recurrent state stored at its first step (`Batch.states`).
 
 A piece never mixes environments and keeps time order, so the core sees what the actor saw;
-the reset after an autoreset step happens inside it (rlpar.models.recurrent). A rollout whose
+the reset after an autoreset step happens inside it (rlpar.models.modules.recurrent). A rollout whose
 length is not a multiple of the piece length ends in a shorter piece, padded with steps that are
 not valid (never trained on). Learners draw minibatches of whole pieces, never a cut through one.
 """
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from rlpar.learning.batch_tensors import valid_step_tensors
+from rlpar.learning.estimators.batch_tensors import valid_step_tensors
 
 
 def piece_count(rollout_length: int, num_envs: int, length: int | None) -> int:

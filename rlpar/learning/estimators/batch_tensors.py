@@ -20,7 +20,7 @@ def valid_step_tensors(arrays: dict, valid, device) -> dict:
 
 
 def advantage_inputs(batch: Batch, rewards: np.ndarray) -> dict:
-    """The keyword arguments every advantage estimator (rlpar.learning.gae, nstep) takes from a
+    """The keyword arguments every advantage estimator (rlpar.learning.estimators.gae, nstep) takes from a
     batch, with the rewards the losses see (`Algorithm.learning_rewards`)."""
     return {
         "rewards": rewards,

@@ -22,7 +22,7 @@ The compiled step reads and writes the model's own parameters and torch's Adam's
 in place, so state dicts and checkpoints are the same compiled or eager. A non-finite gradient
 skips the step inside the graph; the skips are counted once per update (`settle`).
 
-`algo.precision` other than fp32 (rlpar.learning.precision) learns eagerly: the compiled step is
+`algo.precision` other than fp32 (rlpar.learning.optimization.precision) learns eagerly: the compiled step is
 float32's, with no autocast and no loss scaler in its graph.
 """
 
@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 
 from rlpar.errors import first_line
-from rlpar.learning.optim import adam_state
-from rlpar.learning.step import GuardedStep
+from rlpar.learning.optimization.optim import adam_state
+from rlpar.learning.optimization.step import GuardedStep
 from rlpar.logging.run_log import FILE_ONLY
 
 AUTO_MIN_GRADIENT_STEPS = 100_000
@@ -116,7 +116,7 @@ def optimizer_steps(optimizer) -> int:
 
 def _plain_adam(optimizer) -> bool:
     """Whether `optimizer` is the Adam that `CompiledStep` writes out in its graph (one parameter
-    group, no weight decay, AMSGrad or other variants: rlpar.learning.optim.adam's)."""
+    group, no weight decay, AMSGrad or other variants: rlpar.learning.optimization.optim.adam's)."""
     if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1:
         return False
     group = optimizer.param_groups[0]

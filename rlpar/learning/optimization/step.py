@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import torch
 
 from rlpar.learning.errors import NonFiniteLossError
-from rlpar.learning.precision import autocast, loss_scaler
+from rlpar.learning.optimization.precision import autocast, loss_scaler
 
 
 class GuardedStep:
     """backward, clip the global norm, step; a NaN/inf gradient skips the step and is counted,
     and more than `max_consecutive_nonfinite` in a row stop the run (NonFiniteLossError).
 
-    `precision` (rlpar.learning.precision): the losses it is given are computed under
+    `precision` (rlpar.learning.optimization.precision): the losses it is given are computed under
     `self.autocast()`; with fp16 the loss is scaled before the backward pass and the gradients
     unscaled before the clip, and a gradient that overflowed is skipped and counted the same way
     (the scaler then lowers its scale)."""

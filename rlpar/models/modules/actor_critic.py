@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from rlpar.envs.spaces import factor_columns
-from rlpar.models.normalizer import ObservationNormalizer
-from rlpar.models.numpy_acting import VALUE_NORM_EPSILON
+from rlpar.models.constants import VALUE_NORM_EPSILON
+from rlpar.models.modules.normalizer import ObservationNormalizer
 
 if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
     from rlpar.models.spec import PolicySpec

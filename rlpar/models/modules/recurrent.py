@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from rlpar.models.actor_critic import ActorCriticBase
-from rlpar.models.encoders import build_encoder, image_batch
-from rlpar.models.normalizer import ObservationNormalizer
-from rlpar.models.q_network import QNetwork
+from rlpar.models.modules.actor_critic import ActorCriticBase
+from rlpar.models.modules.encoders import build_encoder, image_batch
+from rlpar.models.modules.normalizer import ObservationNormalizer
+from rlpar.models.modules.q_network import QNetwork
 
 if TYPE_CHECKING:  # the specs build these classes: importing them here would be a circle
     from rlpar.models.spec import PolicySpec
@@ -187,7 +187,7 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
     ):
         """Log-probabilities, entropies and values of the valid steps of sequences ([T, E, ...]
         observations and actions from `initial_state` [E, S]), flat and time-major, the order of
-        rlpar.learning.batch_tensors.valid_step_tensors."""
+        rlpar.learning.estimators.batch_tensors.valid_step_tensors."""
         out, values, _ = self.sequence_outputs(obs, initial_state, valid)
         keep = valid.reshape(-1)
         T, E = valid.shape

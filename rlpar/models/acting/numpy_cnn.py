@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlpar.models.acting.numpy_acting import PolicyChoice
 from rlpar.models.cnn_shapes import IMPALA_CHANNELS, nature_size, pool_size
-from rlpar.models.numpy_acting import PolicyChoice
 
 if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
     from rlpar.models.spec import PolicySpec

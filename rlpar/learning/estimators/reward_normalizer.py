@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rlpar.learning.env_rounds import rounds_of_distinct_envs
+from rlpar.learning.estimators.env_rounds import rounds_of_distinct_envs
 from rlpar.models.moments import merge_moments
 
 

@@ -35,9 +35,7 @@ ACTIVATIONS_IN_PLACE = {
     "elu": _elu_in_place,
 }
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
-LOG_STD_BOUNDS = (-20.0, 2.0)  # an actor_q model's Gaussian log-standard deviations are clamped here (as SB3's SAC)
 FEW_CHOICES = 4  # up to this many actions `categorical` draws row by row (_draw_among_few)
-VALUE_NORM_EPSILON = 1e-5  # added to the returns' variance (value_norm), here and in the torch actor-critic
 
 
 class NumpyActing:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a
     from rlpar.models.spec import PolicySpec
 
 
-from rlpar.models.numpy_acting import ACTIVATIONS_IN_PLACE, VALUE_NORM_EPSILON, PolicyChoice
+from rlpar.models.acting.numpy_acting import ACTIVATIONS_IN_PLACE, PolicyChoice
+from rlpar.models.constants import VALUE_NORM_EPSILON
 
 
 def _layers(weights: dict, dtype) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlpar.models.numpy_acting import ACTIVATIONS, EpsilonGreedyChoice
+from rlpar.models.acting.numpy_acting import ACTIVATIONS, EpsilonGreedyChoice
 
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
     from rlpar.models.q_spec import QNetworkSpec
@@ -28,7 +28,7 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         self.pixels = spec.obs_dtype == "uint8"
         self.encoder = None
         if spec.chosen_encoder != "mlp":
-            from rlpar.models.numpy_cnn import NumpyEncoder
+            from rlpar.models.acting.numpy_cnn import NumpyEncoder
 
             self.encoder = NumpyEncoder(spec.chosen_encoder, spec.image_shape, spec.channels_last, self.dtype)
         self.layers: list = []

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from rlpar.models.actor_critic import ActorCriticBase
-from rlpar.models.encoders import build_encoder, image_batch
-from rlpar.models.normalizer import ObservationNormalizer
+from rlpar.models.modules.actor_critic import ActorCriticBase
+from rlpar.models.modules.encoders import build_encoder, image_batch
+from rlpar.models.modules.normalizer import ObservationNormalizer
 
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
     from rlpar.models.spec import PolicySpec

@@ -1,9 +1,9 @@
 """Optimisers (torch's), their state, and Polyak averaging.
 
 Adam is `torch.optim.Adam(fused=True)` with its state created up front: the compiled step
-(rlpar.learning.compiled) reads and writes those tensors in its graph, and A3C's Hogwild learner
+(rlpar.learning.optimization.compiled) reads and writes those tensors in its graph, and A3C's Hogwild learner
 shares them between processes before any step. Gradients are clipped with
-`torch.nn.utils.clip_grad_norm_` (rlpar.learning.step). What torch's Adam costs against the
+`torch.nn.utils.clip_grad_norm_` (rlpar.learning.optimization.step). What torch's Adam costs against the
 hand-written one it replaced: docs/benchmarks.md, "Compiled learner".
 """
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.learning.batch_tensors import advantage_inputs, explained_variance
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.nstep import compute_nstep_returns
-from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
-from rlpar.learning.sequences import evaluate_steps, step_tensors, valid_steps
+from rlpar.learning.estimators.batch_tensors import advantage_inputs, explained_variance
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.estimators.nstep import compute_nstep_returns
+from rlpar.learning.estimators.sequences import evaluate_steps, step_tensors, valid_steps
+from rlpar.learning.losses.ppo_loss import normalize, policy_gradient_loss, value_loss
 
 ADVANTAGES = ("nstep", "gae")
 
@@ -69,7 +69,7 @@ class ActorCriticLoss:
     def __call__(self, model, obs, actions, advantages, returns, initial_state=None, valid=None):
         """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x
         value regression - entropy_coef x entropy. A recurrent model's inputs are pieces of
-        sequences ([L, P] arrays, `initial_state` and `valid`: rlpar.learning.sequences), the
+        sequences ([L, P] arrays, `initial_state` and `valid`: rlpar.learning.estimators.sequences), the
         loss over their valid steps."""
         logp, entropy, values = evaluate_steps(
             model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}

@@ -1,0 +1,1 @@
+"""Optimisers, the guarded gradient step, precision, compiled steps, and A3C's parameter servers."""
