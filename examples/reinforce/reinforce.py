@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, StepResult
-from rlpar.learning.gae import compute_gae
-from rlpar.learning.optim import adam
-from rlpar.learning.ppo_loss import normalize, policy_gradient_loss, value_loss
+from rlpar.learning.estimators.gae import compute_gae
+from rlpar.learning.optimization.optim import adam
+from rlpar.learning.losses.ppo_loss import normalize, policy_gradient_loss, value_loss
 
 
 class Reinforce(Algorithm):
