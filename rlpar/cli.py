@@ -327,6 +327,13 @@ def show_config(argv: list[str]) -> None:
     interpolations, as `python main.py ... --cfg job`)."""
     unresolved = UNRESOLVED in argv
     argv = [arg for arg in argv if arg != UNRESOLVED]
+    if sweep := next((arg for arg in argv if arg in ("-m", "--multirun")), None):
+        print(
+            f"rlpar config: {sweep}: a sweep runs one config per job; print one job's with its overrides "
+            f"(rlpar config algo=dqn seed=1)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     _import_from_launch_dir()  # a user's own algorithm or environment, as training finds it
     _refuse_if_invalid(argv)
     train([*argv, "--cfg", "job", *([] if unresolved or "--resolve" in argv else ["--resolve"])])

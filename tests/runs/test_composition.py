@@ -124,6 +124,14 @@ def test_rlpar_config_refuses_a_config_that_training_would_refuse():
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
+def test_rlpar_config_refuses_a_sweep_in_one_line():
+    from rlpar.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["config", "-m", "seed=1,2"])
+    assert exited.value.code == 2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [["-sc", "install=bash"], ["--help"], ["--hydra-help"], ["--info", "defaults"],
                                    ["-c", "job", "-p", "algo", "algo=dqn"]])
