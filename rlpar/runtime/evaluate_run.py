@@ -20,6 +20,7 @@ import os
 import time
 import warnings
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -41,6 +42,18 @@ class EvaluateError(Exception):
         self.exit_code = exit_code
 
 
+class _Target(NamedTuple):
+    """What an evaluation plays: the run's environment and network with a checkpoint's weights, from
+    `seed` on, and where in training those weights were saved."""
+
+    env_spec: Any
+    policy_spec: Any
+    weights: dict
+    seed: int
+    iteration: int
+    env_steps: int
+
+
 def evaluate_run(
     run_dir: str | Path,
     *,
@@ -58,34 +71,64 @@ def evaluate_run(
     and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it. The code that
     config.yaml names is imported only where this user's key signed it (rlpar.runtime.run_dir),
     or when `trust`. `stochastic`: actions sampled as in training, not the greedy ones."""
-    from rlpar.errors import first_line
-    from rlpar.logging.tags import tag_for
-    from rlpar.runtime.evaluation import evaluate_policy, policy_kind
-    from rlpar.runtime.run_dir import unsigned_code
-
     run_dir = Path(run_dir)
     config = _run_config(run_dir)
     checkpoint, state = _newest_checkpoint(run_dir)
+    _refuse_unsigned_code(run_dir, config, trust)
+    use_wandb = bool(wandb or (wandb is None and _wandb_options(config)))
+    _refuse_links(run_dir, _written_names(video_episodes, tensorboard, use_wandb))
+    target = _evaluation_target(run_dir, config, checkpoint, state, seed)
+
+    prefix = f"{checkpoint.stem}-seed{target.seed}"
+    notes: list[str] = []
+    video_episodes = _video_episodes_possible(video_episodes, notes)
+    metrics, returns, lengths, videos = _play(
+        target, run_dir / VIDEO_DIR, prefix, episodes, video_episodes, max_steps, stochastic, notes
+    )
+    row = _result_row(run_dir, checkpoint, target, stochastic, metrics, returns, lengths, videos)
+    _append_line(run_dir / EVALUATIONS_FILE, json.dumps(row))
+    _log_evaluation(run_dir, config, metrics, videos, target.env_steps, f"evaluate-{prefix}", tensorboard, use_wandb)
+    return {
+        **row,
+        "videos": [str(v) for v in videos],
+        "checkpoint_path": str(checkpoint),
+        "summary": _summary(row, metrics, episodes),
+        "notes": notes,
+    }
+
+
+def _refuse_unsigned_code(run_dir: Path, config: dict, trust: bool) -> None:
+    """Nothing config.yaml names is imported unless this user's key signed it, or `trust`."""
+    from rlpar.runtime.run_dir import unsigned_code
+
     if not trust and (why := unsigned_code(run_dir, config)):
         raise EvaluateError(
             f"'{run_dir}': its config.yaml names code to import that this user's key did not sign: "
             f"{why}; nothing was imported. If you trust that directory: rlpar evaluate {run_dir} --trust"
         )
-    wandb_options = (config.get("logger") or {}).get("wandb")
-    use_wandb = bool(wandb or (wandb is None and wandb_options))
-    _refuse_links(
-        run_dir,
-        [
-            EVALUATIONS_FILE,
-            *([VIDEO_DIR] if video_episodes > 0 else []),
-            *([TENSORBOARD_DIR] if tensorboard else []),
-            *(["wandb"] if use_wandb else []),
-        ],
-    )
+
+
+def _wandb_options(config: dict):
+    """The run's own W&B settings (None where it did not log to W&B)."""
+    return (config.get("logger") or {}).get("wandb")
+
+
+def _written_names(video_episodes: int, tensorboard: bool, use_wandb: bool) -> list[str]:
+    """What this evaluation writes into the run directory."""
+    return [
+        EVALUATIONS_FILE,
+        *([VIDEO_DIR] if video_episodes > 0 else []),
+        *([TENSORBOARD_DIR] if tensorboard else []),
+        *(["wandb"] if use_wandb else []),
+    ]
+
+
+def _evaluation_target(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None) -> _Target:
+    """`_what_to_evaluate`, its failure on any value of config.yaml or the checkpoint in one line."""
+    from rlpar.errors import first_line
+
     try:
-        env_spec, policy_spec, weights, seed, iteration, env_steps = _what_to_evaluate(
-            run_dir, config, checkpoint, state, seed
-        )
+        return _what_to_evaluate(run_dir, config, checkpoint, state, seed)
     except (EvaluateError, ImportError):  # the latter: rlpar's own, as the user's code is checked first
         raise
     except Exception as err:  # a value of config.yaml or the checkpoint that building fails on, in any of many ways
@@ -94,24 +137,42 @@ def evaluate_run(
             f"be used ({type(err).__name__}: {first_line(err)})"
         ) from None
 
-    prefix = f"{checkpoint.stem}-seed{seed}"
-    video_dir = run_dir / VIDEO_DIR
-    notes = []
-    if video_episodes > 0 and not _moviepy_installed():  # an optional extra: the returns do not need it
+
+def _video_episodes_possible(video_episodes: int, notes: list[str]) -> int:
+    """`video_episodes`, or 0 with a note where MoviePy (an optional extra) is missing: the returns
+    do not need it."""
+    if video_episodes > 0 and not _moviepy_installed():
         notes.append(
             "rlpar: evaluate: no video (MoviePy is not installed: pip install 'rlpar[video]'; "
             "--no-video skips videos without this note)"
         )
-        video_episodes = 0
+        return 0
+    return video_episodes
+
+
+def _play(
+    target: _Target,
+    video_dir: Path,
+    prefix: str,
+    episodes: int,
+    video_episodes: int,
+    max_steps: int,
+    stochastic: bool,
+    notes: list[str],
+) -> tuple[dict, list[float], list[int], list[Path]]:
+    """The episodes played: (metrics, returns, lengths, videos), the first `video_episodes` recorded."""
+    from rlpar.errors import first_line
+    from rlpar.runtime.evaluation import evaluate_policy
+
     record = _video_recorder(video_dir, prefix, video_episodes) if video_episodes > 0 else None
     per_episode: list = []
     try:
         metrics = evaluate_policy(
-            weights,
-            policy_spec=policy_spec,
-            env_spec=env_spec,
+            target.weights,
+            policy_spec=target.policy_spec,
+            env_spec=target.env_spec,
             num_episodes=episodes,
-            seed=seed,
+            seed=target.seed,
             max_steps=max_steps,
             render_mode="rgb_array" if record else None,
             wrap_env=record,
@@ -129,26 +190,61 @@ def evaluate_run(
     returns = [float(r) for r, _ in per_episode]
     lengths = [int(n) for _, n in per_episode]
     metrics["eval_length_mean"] = float(np.mean(lengths))
-    videos = sorted(video_dir.glob(f"{prefix}-episode-*.mp4"), key=_episode_number) if record else []
-    if record and not videos:
-        raise EvaluateError(f"no video was written to {video_dir} (the environment rendered no frames)", 1)
-    if record and any(length >= MAX_VIDEO_FRAMES for length in lengths[:video_episodes]):
-        notes.append(f"rlpar: evaluate: videos show an episode's first {MAX_VIDEO_FRAMES} frames at most")
+    videos = _recorded_videos(video_dir, prefix, lengths[:video_episodes], notes) if record else []
+    return metrics, returns, lengths, videos
 
-    row = {
+
+def _recorded_videos(video_dir: Path, prefix: str, recorded_lengths: list[int], notes: list[str]) -> list[Path]:
+    """The videos the recorded episodes left, in episode order; a note where one was cut."""
+    videos = sorted(video_dir.glob(f"{prefix}-episode-*.mp4"), key=_episode_number)
+    if not videos:
+        raise EvaluateError(f"no video was written to {video_dir} (the environment rendered no frames)", 1)
+    if any(length >= MAX_VIDEO_FRAMES for length in recorded_lengths):
+        notes.append(f"rlpar: evaluate: videos show an episode's first {MAX_VIDEO_FRAMES} frames at most")
+    return videos
+
+
+def _result_row(
+    run_dir: Path,
+    checkpoint: Path,
+    target: _Target,
+    stochastic: bool,
+    metrics: dict,
+    returns: list[float],
+    lengths: list[int],
+    videos: list[Path],
+) -> dict:
+    """The evaluation's row of evaluations.jsonl."""
+    from rlpar.runtime.evaluation import policy_kind
+
+    return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "source": "evaluate",
         "checkpoint": checkpoint.name,
-        "iteration": iteration,
-        "env_steps": env_steps,
-        "seed": seed,
+        "iteration": target.iteration,
+        "env_steps": target.env_steps,
+        "seed": target.seed,
         "policy": policy_kind(stochastic),
         **metrics,
         "returns": returns,
         "lengths": lengths,
         "videos": [str(v.relative_to(run_dir)) for v in videos],
     }
-    _append_line(run_dir / EVALUATIONS_FILE, json.dumps(row))
+
+
+def _log_evaluation(
+    run_dir: Path,
+    config: dict,
+    metrics: dict,
+    videos: list[Path],
+    env_steps: int,
+    name: str,
+    tensorboard: bool,
+    use_wandb: bool,
+) -> None:
+    """The eval scalars and the first video to TensorBoard and W&B, at the checkpoint's env step."""
+    from rlpar.logging.tags import tag_for
+
     scalars = {tag_for(k): float(v) for k, v in metrics.items() if k != "eval_episodes"}
     first_video = videos[0] if videos else None
     if tensorboard:
@@ -161,61 +257,85 @@ def evaluate_run(
         log_to_wandb(
             run_dir,
             config,
-            dict(wandb_options or {}),
+            dict(_wandb_options(config) or {}),
             step=env_steps,
             scalars=scalars,
             video=first_video,
-            name=f"evaluate-{prefix}",
+            name=name,
         )
 
-    shown = " ".join(f"{r:.2f}" for r in returns)  # one precision for all, as the mean's
-    summary = (
+
+def _summary(row: dict, metrics: dict, episodes: int) -> str:
+    """The evaluation in one line: each return, their mean, and what was evaluated."""
+    shown = " ".join(f"{r:.2f}" for r in row["returns"])  # one precision for all, as the mean's
+    return (
         f"returns: {shown} (mean {metrics['eval_return_mean']:.2f} +- {metrics['eval_return_std']:.2f} over "
-        f"{episodes} {policy_kind(stochastic)} episodes; {checkpoint.name}, iteration {iteration}, "
-        f"{env_steps:,} env steps, seed {seed})"
+        f"{episodes} {row['policy']} episodes; {row['checkpoint']}, iteration {row['iteration']}, "
+        f"{row['env_steps']:,} env steps, seed {row['seed']})"
     )
-    return {
-        **row,
-        "videos": [str(v) for v in videos],
-        "checkpoint_path": str(checkpoint),
-        "summary": summary,
-        "notes": notes,
-    }
 
 
-def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None):
-    """(env spec, policy spec, weights, first seed, iteration, env steps) of a run, or EvaluateError."""
-    from rlpar.config.changes import config_mismatches
-    from rlpar.envs.factory import check_env_exists, resolve_env_spec
-    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET, checkpoint_policy_weights
+def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None) -> _Target:
+    """The run's environment, network and weights, or EvaluateError where they no longer fit."""
+    from rlpar.runtime.evaluation import EVAL_SEED_OFFSET
 
     # The environment may differ from training's (a variant to test the policy on), as long as
     # the network still fits its spaces; the network's own settings may not.
     trained_with = state.get("config") if isinstance(state.get("config"), dict) else None
+    _refuse_changed_model(run_dir, config, checkpoint, trained_with)
+    env_spec = _env_spec(config)
+    policy_spec = _policy_spec(config, env_spec)
+    weights = _policy_weights(checkpoint, state)
+    _refuse_misfit_weights(config, checkpoint, trained_with, env_spec, policy_spec, weights)
+    seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
+    return _Target(env_spec, policy_spec, weights, seed, int(state["iteration"]), int(state["env_steps"]))
+
+
+def _refuse_changed_model(run_dir: Path, config: dict, checkpoint: Path, trained_with: dict | None) -> None:
+    """config.yaml's network settings must still be the ones the checkpoint was trained with."""
+    from rlpar.config.changes import config_mismatches
+
     if trained_with is not None and (changed := config_mismatches(config, trained_with, sections=("model",))):
         raise EvaluateError(
             f"{run_dir / 'config.yaml'} no longer matches {checkpoint.name}, whose network was made "
             f"with another config: {'; '.join(changed)}; put those values back"
         )
+
+
+def _env_spec(config: dict):
+    """The environment config.yaml describes, one that this machine can make."""
+    from rlpar.envs.factory import check_env_exists, resolve_env_spec
+
     env_spec = resolve_env_spec(**config["env"], centralised_critic=_centralised_critic(config))
     problem = check_env_exists(env_spec)
     if problem:
         where = " (run rlpar evaluate from the directory the run was trained in)" if env_spec.entry_point else ""
         raise EvaluateError(f"{problem}{where}")
-    policy_spec = _policy_spec(config, env_spec)
+    return env_spec
+
+
+def _policy_weights(checkpoint: Path, state: dict) -> dict:
+    from rlpar.runtime.evaluation import checkpoint_policy_weights
+
     try:
-        weights = checkpoint_policy_weights(state["algorithm"])
+        return checkpoint_policy_weights(state["algorithm"])
     except (KeyError, TypeError) as err:
         raise EvaluateError(f"{checkpoint}: holds no policy weights ({err})") from None
+
+
+def _refuse_misfit_weights(
+    config: dict, checkpoint: Path, trained_with: dict | None, env_spec, policy_spec, weights: dict
+) -> None:
+    """The checkpoint's weights must fit the network the (possibly changed) environment's spaces
+    give; where not, what config.yaml changed since training is named."""
+    from rlpar.config.changes import config_mismatches
+
     if misfit := _weights_misfit(policy_spec, weights):
         changed = config_mismatches(config, trained_with, sections=("env",)) if trained_with is not None else []
         why = f" (config.yaml changed {'; '.join(changed)})" if changed else ""
         raise EvaluateError(
             f"{checkpoint.name}'s network does not fit {env_spec.id or env_spec.entry_point}'s spaces{why}: {misfit}"
         )
-    seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
-    iteration, env_steps = int(state["iteration"]), int(state["env_steps"])
-    return env_spec, policy_spec, weights, seed, iteration, env_steps
 
 
 def _run_config(run_dir: Path) -> dict:
@@ -262,13 +382,16 @@ def _newest_checkpoint(run_dir: Path):
 
 
 def _centralised_critic(config: dict) -> bool:
-    """Whether the run's algorithm gave its critic the global state (its rows carry it)."""
-    from rlpar.config.known_keys import class_attributes
+    """Whether the run's algorithm gave its critic the global state (its rows carry it): its class
+    says so (imported only after `_refuse_unsigned_code`); one that cannot be imported did not."""
+    from hydra.utils import get_class
 
     target = (config.get("algo") or {}).get("_target_")
+    if not isinstance(target, str):
+        return False
     try:
-        return bool(class_attributes(target).get("centralised_critic")) if isinstance(target, str) else False
-    except (ImportError, SyntaxError):
+        return bool(getattr(get_class(target), "centralised_critic", False))
+    except Exception:  # noqa: BLE001 - any failure of a user's module is the same "cannot import"
         return False
 
 
