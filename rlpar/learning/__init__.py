@@ -1,1 +1,2 @@
-"""Learners: losses, advantage estimation and the update step of each algorithm."""
+"""What learners learn with: advantage estimation and batch preparation (estimators/), losses
+(losses/), and optimisers and the gradient step (optimization/)."""

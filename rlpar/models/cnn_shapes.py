@@ -1,4 +1,4 @@
-"""The encoders' sizes, importable without torch (encoders.py builds them, numpy_cnn.py runs them)."""
+"""The encoders' sizes, importable without torch (modules/encoders.py builds them, acting/numpy_cnn.py runs them)."""
 
 from __future__ import annotations
 

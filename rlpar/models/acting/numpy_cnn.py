@@ -1,4 +1,4 @@
-"""The convolutional encoders of encoders.py in numpy, from the torch module's state dict, so
+"""The convolutional encoders of modules/encoders.py in numpy, from the torch module's state dict, so
 workers acting with a CNN need not import torch.
 
 Activations stay channels-last ([N, H, W, C]) between layers: a convolution is one im2col copy
@@ -130,7 +130,7 @@ class _Linear:
 
 class NumpyEncoder:
     """`encoder(rows)`: uint8 rows [N, obs_dim] -> features [N, F] (dtype), from the weights
-    under `prefix` of a state dict holding an encoders.py module."""
+    under `prefix` of a state dict holding a modules/encoders.py module."""
 
     def __init__(self, name: str, image_shape: tuple[int, ...], channels_last: bool, dtype=np.float64):
         self.name, self.image_shape, self.channels_last = name, tuple(image_shape), channels_last

@@ -3,7 +3,7 @@
 Workers only run forward passes on a handful of observations at a time; at that size numpy
 is several times faster per step than torch here, and workers need not import torch at all
 (which makes subprocess and Ray-actor start-up cheap). It reads the torch module's state dict,
-so the two must agree on its layout (stacked actor/critic towers, see actor_critic.py).
+so the two must agree on its layout (stacked actor/critic towers, see modules/actor_critic.py).
 """
 
 from __future__ import annotations

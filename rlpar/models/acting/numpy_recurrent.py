@@ -1,4 +1,4 @@
-"""The acting copies of the recurrent networks (recurrent.py), in numpy float64: the encoder (MLP
+"""The acting copies of the recurrent networks (modules/recurrent.py), in numpy float64: the encoder (MLP
 trunk, or numpy_cnn's encoder), the LSTM or GRU core, then the heads, from the learner's state
 dict. Workers keep each environment's state and hand it in; `outputs` advances it in place.
 

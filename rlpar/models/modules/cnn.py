@@ -4,7 +4,7 @@ as in the Atari agents of PPO, IMPALA and CleanRL.
 
 It takes the uint8 rows that workers, batches and replay keep, and scales them to [0, 1] itself
 (`image_batch`), so images become floats only here. The acting copies read its state dict:
-numpy_cnn.py (numpy, float64) and torch_acting.py.
+acting/numpy_cnn.py (numpy, float64) and acting/torch_acting.py.
 
 State dict: `encoder.*` (the encoder's layers), `actor.weight` [A, F], `actor.bias`,
 `critic.weight` [1, F], `critic.bias`, `log_std` (Box actions), and `obs_normalizer.*`, present

@@ -1,5 +1,5 @@
 """Convolutional encoders for image observations (learner side), shared by the actor-critic
-(cnn.py) and the Q-network (q_network.py). `numpy_cnn.py` runs the same networks from their state
+(cnn.py) and the Q-network (q_network.py). `acting/numpy_cnn.py` runs the same networks from their state
 dicts: keep the two in step.
 
 - `nature`: Mnih et al. 2015 (DQN): 32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, fc 512.

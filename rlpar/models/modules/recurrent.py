@@ -10,7 +10,7 @@ stores the state entering each of its steps with that reset applied (`Batch.stat
 sequence may start at any step from its stored state.
 
 The core keeps torch's LSTMCell / GRUCell weights (their state dict and gate order) and runs them
-with torch's own sequence loop between resets. numpy_recurrent.py runs the same maths in float64
+with torch's own sequence loop between resets. acting/numpy_recurrent.py runs the same maths in float64
 for the workers.
 """
 
