@@ -1,9 +1,14 @@
 """A real CartPole rollout for learner tests: 4 environments for 32 steps, episode ends included."""
 
 from rlpar.envs.factory import resolve_env_spec
+from rlpar.learning.peers import BatchShape
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import probe_policy_spec
 from rlpar.sampling.rollout import RolloutWorker
+
+# In place of a sampler, for a learner tested on its own: it samples nothing, keeps no replay, and
+# takes batches longer than any minibatch (its step is never compiled for one whole batch).
+LEARNER_ONLY = BatchShape(rollout_length=10**9)
 
 
 def cartpole_rollout(make_algorithm, *, spec_class=PolicySpec, seed: int = 0):

@@ -9,7 +9,6 @@ environment (whole rollouts by default), each unrolled from its stored state
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from rlpar.algos.base import Algorithm, StepResult
@@ -92,7 +91,7 @@ class A2C(Algorithm):
             precision=precision,
         )
         self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
-        rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1) if sampler is not None else total_steps
+        rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1)
         self.compiled = compile_setting(
             compile,
             expected_gradient_steps=total_steps // rollout_steps,
@@ -115,7 +114,7 @@ class A2C(Algorithm):
 
     def learning_inputs(self, batch) -> dict:
         """The advantages and returns of the whole batch, time-major [T, E], with the learning
-        rate: done once (on rank 0 in a learner group), as they advance running statistics."""
+        rate: done once (by the learner that samples, in a learner group), as they advance running statistics."""
         lr = self.count_steps(batch)
         advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
         return {
@@ -133,21 +132,16 @@ class A2C(Algorithm):
         parts = self.step_on_valid_steps(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         return {**self.loss_stats(parts), "gradient_steps": 1}
 
-    def join_learner_group(self, collective) -> None:
+    def on_joining_peers(self) -> None:
         """Eager steps, the loss included (with RMSprop a compiled loss would trace the
         all-reduce that normalises advantages)."""
-        super().join_learner_group(collective)
         self.gradient_step = EagerStep(self.rollout_loss, guard=self.step)
 
     def rollout_loss(self, obs, actions, advantages, returns, initial_state=None, valid=None):
-        """The loss of one rollout's valid steps and its parts (what algo.compile compiles). In a
-        learner group, advantages are normalised over every rank's steps, as one learner would.
+        """The loss of one rollout's valid steps and its parts (what algo.compile compiles).
+        Advantages are normalised over every learner's steps (`self.peers`), as one learner would.
         A recurrent policy's rollout is pieces ([L, P] arrays, `initial_state` and `valid`)."""
-        objective = self.objective
-        if self.collective is not None and objective.normalize_advantages:
-            advantages = self.collective.normalize(advantages)
-            objective = replace(objective, normalize_advantages=False)
-        return objective(
+        return self.objective(
             self.model,
             obs=obs,
             actions=actions,
@@ -155,6 +149,7 @@ class A2C(Algorithm):
             returns=returns,
             initial_state=initial_state,
             valid=valid,
+            normalized=self.peers.normalize,
         )
 
     def loss_stats(self, parts) -> dict:

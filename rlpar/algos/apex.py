@@ -33,9 +33,8 @@ class ApeX(ShardedReplay, DQN):
 
     def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
         """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
-        sampler = dqn_kwargs["sampler"]  # None on a learner group's other ranks, which neither act nor replay
         self.exploration = SpreadEpsilons(
-            num_envs=sampler.num_envs if sampler is not None else 1,
+            num_envs=dqn_kwargs["sampler"].num_envs,
             epsilon=exploration_epsilon,
             alpha=exploration_alpha,
         )

@@ -26,9 +26,8 @@ class ApeXSAC(ShardedReplay, SAC):
 
     def __init__(self, *, noise_scale_low: float = 0.5, noise_scale_high: float = 1.5, **sac_kwargs):
         """`sac_kwargs`: SAC's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
-        sampler = sac_kwargs["sampler"]
         self.exploration = SpreadNoiseScales(
-            num_envs=sampler.num_envs if sampler is not None else 1, low=noise_scale_low, high=noise_scale_high
+            num_envs=sac_kwargs["sampler"].num_envs, low=noise_scale_low, high=noise_scale_high
         )
         super().__init__(**sac_kwargs)
 
@@ -42,9 +41,8 @@ class ApeXTD3(ShardedReplay, TD3):
 
     def __init__(self, *, noise_scale_low: float = 0.5, noise_scale_high: float = 2.0, **td3_kwargs):
         """`td3_kwargs`: TD3's (exploration_noise, target_noise, policy_delay, ...)."""
-        sampler = td3_kwargs["sampler"]
         self.exploration = SpreadNoiseScales(
-            num_envs=sampler.num_envs if sampler is not None else 1, low=noise_scale_low, high=noise_scale_high
+            num_envs=td3_kwargs["sampler"].num_envs, low=noise_scale_low, high=noise_scale_high
         )
         super().__init__(**td3_kwargs)
 

@@ -129,8 +129,8 @@ class APPO(Algorithm):
 
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch from the target network, time-major
-        [T, E], with the learning rate: per environment column, done once (on rank 0 in a
-        learner group, whose ranks' target networks are all the same)."""
+        [T, E], with the learning rate: per environment column, done once (by the learner that
+        samples, in a learner group, whose learners' target networks are all the same)."""
         lr = self.count_steps(batch)
         with torch.no_grad():  # targets from the target network, computed once per batch
             inputs, _, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
@@ -148,9 +148,9 @@ class APPO(Algorithm):
         }
 
     def learn(self, inputs: dict) -> dict:
-        """The batch (the whole one, or in a learner group this rank's environment columns of it)
+        """The batch (the whole one, or with peers this learner's environment columns of it)
         joins the buffer, then one pass over every batch still in use."""
-        self.receive_from_rank0(inputs)
+        self.peers.receive(self.model, self.optimizer, inputs["lr"])
         data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         self.buffer.append([data, self.reuse_per_batch])
         stats: list = []
@@ -162,7 +162,11 @@ class APPO(Algorithm):
             if entry[1] == 0:
                 self.buffer.remove(entry)
         self.gradient_step.settle()
-        losses = self.minibatch_mean(torch.stack(stats), samples).tolist() if stats else [float("nan")] * 5
+        losses = (  # each minibatch's over all its rows (every learner's), then the mean
+            self.peers.means_per_row(torch.stack(stats), samples=samples).nanmean(0).tolist()
+            if stats
+            else [float("nan")] * 5
+        )
         return {
             "loss_policy": losses[0],
             "loss_value": losses[1],
@@ -175,8 +179,8 @@ class APPO(Algorithm):
         }
 
     def train_on(self, data: dict) -> tuple[list[torch.Tensor], list[int]]:
-        """One pass of shuffled minibatches (in a learner group, every rank as many: see
-        `minibatch_plan`); the target network follows every few steps, on every rank alike.
+        """One pass of shuffled minibatches (with peers, every learner as many: see
+        `minibatch_plan`); the target network follows every few steps, on every learner alike.
         A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each.
         Each step's loss parts, and the samples (rows or pieces) of each step's minibatch."""
         if "valid" in data:  # mb: pieces a minibatch
@@ -184,7 +188,7 @@ class APPO(Algorithm):
             plan = {"size": self.minibatch_size}
         else:
             size = len(data["obs"])
-            mb, count = self.minibatch_plan(size)
+            mb, count = self.peers.minibatch_plan(size, self.minibatch_size)
             plan = {"size": mb, "count": count}
         order = torch.from_numpy(self.rng.permutation(size))
         stats = []
@@ -195,10 +199,9 @@ class APPO(Algorithm):
                 self.target_model.load_state_dict(self.model.state_dict())
         return stats, [mb] * len(stats)
 
-    def join_learner_group(self, collective) -> None:
-        """Every rank's buffer starts empty, so that all hold batches of the same updates and
-        take the same number of steps (a rank joining again would hold rank 0's columns)."""
-        super().join_learner_group(collective)
+    def on_joining_peers(self) -> None:
+        """Every learner's buffer starts empty, so that all hold batches of the same updates and
+        take the same number of steps (one joining again would hold another's columns)."""
         self.buffer.clear()
 
     def minibatch_loss(
@@ -214,8 +217,8 @@ class APPO(Algorithm):
             behaviour_logp, target_logp, advantages, returns = (
                 valid_steps(x, valid) for x in (behaviour_logp, target_logp, advantages, returns)
             )
-        if self.normalize_advantages:  # over the minibatch of every rank in a learner group
-            advantages = self.normalized(advantages)
+        if self.normalize_advantages:  # over the minibatch: all its rows, every learner's
+            advantages = self.peers.normalize(advantages)
         p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
         v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()

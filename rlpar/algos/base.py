@@ -19,10 +19,9 @@ from rlpar.learning.estimators.batch_tensors import explained_variance
 from rlpar.learning.estimators.reward_normalizer import RewardNormalizer
 from rlpar.learning.estimators.rewards import clip_rewards
 from rlpar.learning.estimators.sequences import step_tensors
-from rlpar.learning.losses.ppo_loss import normalize
-from rlpar.learning.optimization.compiled import CompiledStep
 from rlpar.learning.optimization.optim import load_optimizer_state, optimizer_state
 from rlpar.learning.optimization.step import GuardedStep, LearningRate
+from rlpar.learning.peers import ALONE, Alone
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 from rlpar.sampling.rollout import RolloutWorker
@@ -60,9 +59,13 @@ class Algorithm(ABC):
     replay_in_checkpoints = True  # a replay it keeps may be saved with checkpoints (algo.replay.checkpoint)
     data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
     # why learners > 1 is refused where data_parallel is False (validation says "learners: <algo> <this>")
-    not_data_parallel_because = "does not split its update into learning_inputs (rank 0) and learn (every rank)"
-    collective = None  # learners=N: this rank's collective (rlpar.learners.collective); None: learns alone
-    learner_group = None  # learners=N, on rank 0: the handle to the other ranks (rlpar.learners.group)
+    not_data_parallel_because = "does not split its update into learning_inputs (once) and learn (every learner)"
+    # how `learn`'s inputs may be cut between learners (rlpar.learners.shard.shard_inputs): whole
+    # environment `columns` of time-major [T, E] arrays; PPO's `columns+minibatches`; replay `rows`
+    input_layout = "columns"
+    # what an update asks of the learners it learns with (rlpar.learning.peers): ALONE, or the
+    # learner group's answers when the build gives it one (learners=N, docs/learners.md)
+    peers: Alone = ALONE
     # the algo.precision values it learns in (rlpar.learning.optimization.precision)
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
@@ -199,10 +202,10 @@ class Algorithm(ABC):
 
     def update(self, batch: Batch) -> dict:
         """An on-policy update (PPO, A2C, IMPALA, APPO): `learning_inputs` reads the whole batch
-        once, `learn` takes the gradient steps (on every rank of a learner group), `finish_update`
+        once, `learn` takes the gradient steps (by every learner, `self.peers`), `finish_update`
         ends it; the update's diagnostics."""
         inputs = self.learning_inputs(batch)
-        stats = self.learn_on_every_rank(inputs)
+        stats = self.peers.learn(self, inputs)
         return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
 
     def finish_update(self, batch: Batch, returns) -> dict:
@@ -217,33 +220,9 @@ class Algorithm(ABC):
         explained = explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
         return {"explained_variance": explained, "policy_version": self.version}
 
-    # -- learners=N (docs/learners.md): an update is learning_inputs (rank 0), then learn (every rank)
-    def learn_on_every_rank(self, inputs: dict) -> dict:
-        """`learn(inputs)` here (learners=1), or on every rank of the learner group, each its
-        shard (`shard_inputs`); rank 0's diagnostics."""
-        if self.learner_group is None:
-            return self.learn(inputs)
-        return {**self.learner_group.learn(self, inputs), "learner_restarts": self.learner_group.restarts}
-
-    def use_learner_group(self, group) -> None:
-        self.learner_group = group
-
-    def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
-        """Each rank's part of an update's time-major [T, E] inputs: whole environment columns."""
-        from rlpar.learners.shard import column_shards, take_columns
-
-        return [take_columns(inputs, columns) for columns in column_shards(inputs["valid"].shape[1], world_size)]
-
-    def join_learner_group(self, collective) -> None:
-        """Learn as one rank of a data-parallel group: start from rank 0's weights and average
-        every gradient step's gradients with the other ranks (docs/learners.md). Steps are eager:
-        a compiled step clips and applies inside its graph, where no all-reduce can come between."""
-        self.collective = collective
-        self.step.collective = collective
-        collective.broadcast_module(self.model)
-        if isinstance(getattr(self, "gradient_step", None), CompiledStep):
-            self.gradient_step = self.gradient_step.eager
-        self.compiled = False
+    def on_joining_peers(self) -> None:
+        """What else learning with peers needs, once they have made this algorithm's steps eager
+        and its weights theirs (rlpar.learners.peers.join): nothing here."""
 
     def count_steps(self, batch: Batch) -> float:
         """The batch's steps counted as seen; the learning rate they bring (`self.lr`), set."""
@@ -252,14 +231,14 @@ class Algorithm(ABC):
 
     def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None = None):
         """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
-        in a learner group this rank's environment columns of it); the loss's parts. A recurrent
+        with peers this learner's environment columns of it); the loss's parts. A recurrent
         model's step takes pieces of `sequence_length` steps (None: whole rollouts), each
         unrolled from its stored state (rlpar.learning.estimators.sequences), so the loss sees the valid
-        steps through the memory that acted on them. The parts are the whole batch's in a group."""
-        self.receive_from_rank0(inputs)
+        steps through the memory that acted on them. The parts are the whole batch's."""
+        self.peers.receive(self.model, self.optimizer, inputs["lr"])
         _, parts = self.gradient_step(**self.learning_tensors(inputs, names, sequence_length=sequence_length))
         self.gradient_step.settle()
-        return self.batch_mean(parts, samples=int(np.count_nonzero(inputs["valid"])))
+        return self.peers.mean(parts, samples=int(np.count_nonzero(inputs["valid"])))
 
     def learning_tensors(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None) -> dict:
         """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
@@ -274,48 +253,6 @@ class Algorithm(ABC):
             recurrent=self.model.recurrent,
         )
 
-    def receive_from_rank0(self, inputs: dict) -> None:
-        """What `learn` takes from rank 0 before its gradient steps, in a group: the model's
-        buffers (observation statistics) and the learning rate."""
-        if self.collective is not None:
-            self.collective.broadcast_module(self.model, parameters=False)
-            self.optimizer.param_groups[0]["lr"] = inputs["lr"]
-
-    def normalized(self, advantages: torch.Tensor) -> torch.Tensor:
-        """Advantages normalised over the minibatch: this one, or in a learner group the union
-        of every rank's rows of it, as one learner would."""
-        return normalize(advantages) if self.collective is None else self.collective.normalize(advantages)
-
-    def batch_mean(self, values: torch.Tensor, *, samples: int) -> torch.Tensor:
-        """Statistics that are means over this learner's `samples` (losses, entropy) as one
-        learner on the whole batch logs them: in a learner group, over every rank's samples."""
-        return values if self.collective is None else self.collective.mean(values, samples=samples)
-
-    def minibatch_mean(self, values: torch.Tensor, samples: list[int]) -> torch.Tensor:
-        """The mean over an update's minibatches of their statistics ([minibatches, k], each a
-        mean over `samples[i]` samples here), as one learner logs it: in a learner group each
-        minibatch's taken over every rank's rows of it first. Non-finite steps are left out."""
-        if self.collective is not None:
-            values = self.collective.means_per_row(values, samples=samples)
-        return values.nanmean(0)
-
-    def minibatch_plan(self, size: int) -> tuple[int, int]:
-        """The minibatch size and the minibatches per pass over `size` samples (the remainder is
-        left out). In a learner group each rank takes its share of `self.minibatch_size` from its
-        own columns, as many minibatches as the rank with the fewest samples can, so that all
-        step together; a minibatch as large as the whole batch is each rank's whole shard."""
-        if self.collective is None:
-            mb = min(self.minibatch_size, size)
-            return mb, size // mb
-        if self.minibatch_size >= int(self.collective.sum(torch.tensor([size]))[0]):
-            return size, 1
-        mb = max(self.minibatch_size // self.collective.world_size, 1)
-        return mb, self.collective.smallest(size // mb)
-
-    def leave_learner_group(self) -> None:
-        self.collective = None
-        self.step.collective = None
-
     def state_dict(self) -> dict:
         """Weights, optimiser state and counters; an algorithm with more state extends both."""
         return {
@@ -324,15 +261,8 @@ class Algorithm(ABC):
             "version": self.version,
             "steps_seen": self.steps_seen,
             "reward_normalizer": self.reward_normalizer.state_dict(),
-            # ranks 1..N-1's random states (learners=N), for a resume with the same N
-            **({"learner_rngs": self.learner_group.rank_rngs} if self.learner_group is not None else {}),
+            **self.peers.state_dict(),  # what the learners keep (a group: the other learners' random states)
         }
-
-    def learner_state(self) -> dict:
-        """What every rank of a learner group starts from, and what a failed update returns rank
-        0 to: the state without the replay's contents (which only rank 0 keeps, and learning
-        does not change)."""
-        return {k: v for k, v in self.state_dict().items() if k != "replay"}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -341,11 +271,8 @@ class Algorithm(ABC):
         self.steps_seen = int(state["steps_seen"])
         if "reward_normalizer" in state:  # absent from checkpoints written before it existed
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
-        if self.learner_group is not None:  # the other ranks take this state when the group next meets
-            self.learner_group.rank_rngs = state.get("learner_rngs")
-            self.learner_group.joined = False
+        self.peers.load_state_dict(state)
 
     def close(self) -> None:
-        if self.learner_group is not None:  # before the sampler, which may end the Ray instance it runs on
-            self.learner_group.stop()
+        self.peers.close()  # before the sampler, which may end the Ray instance its peers run on
         self.sampler.close()

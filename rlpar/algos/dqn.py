@@ -40,6 +40,7 @@ class DQN(ReplayLearner):
     model_kind = "q_network"
     action_spaces = ("Discrete",)
     data_parallel = True
+    input_layout = "rows"  # each learner learns contiguous rows of every minibatch
     recurrent_policies = True
 
     def __init__(
@@ -157,27 +158,12 @@ class DQN(ReplayLearner):
     def writer_extras(self, batch) -> dict:
         return {"states": batch.states} if self.recurrent else {}
 
-    def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
-        """Each rank's rows of every minibatch: contiguous, so that rank 0 can put every rank's
-        TD errors back in place (`learn`)."""
-        from rlpar.learners.shard import row_ranges
-
-        return [
-            {
-                **inputs,
-                "rows": (start, stop),
-                "minibatches": [{k: v[start:stop] for k, v in m.items()} for m in inputs["minibatches"]],
-                "weights": [w[start:stop] for w in inputs["weights"]],
-            }
-            for start, stop in row_ranges(self.batch_size, world_size)
-        ]
-
     def learn(self, inputs: dict) -> dict:
-        """The gradient steps on `inputs`' minibatches (whole, or in a learner group this rank's
-        rows of each), the target network refreshed as each step makes it due: the |TD errors|
-        of every row (every rank's, in a group) and each step's (loss, mean |TD error|, mean Q).
+        """The gradient steps on `inputs`' minibatches (whole, or with peers this learner's
+        `rows` of each), the target network refreshed as each step makes it due: the |TD errors|
+        of every row (every learner's) and each step's (loss, mean |TD error|, mean Q).
         Non-finite steps of a compiled step are counted by `learn_from_replay`'s settle."""
-        self.receive_from_rank0(inputs)
+        self.peers.receive(self.model, self.optimizer, inputs["lr"])
         step_td_errors: list[torch.Tensor] = []
         step_losses: list[torch.Tensor] = []
         for transitions, weights in zip(inputs["minibatches"], inputs["weights"]):
@@ -187,13 +173,9 @@ class DQN(ReplayLearner):
             step_losses.append(torch.stack([loss, step_td_errors[-1].mean(), q_taken.mean()]))
             self.gradient_steps += 1
             self.refresh_target()
-        td_errors, losses = torch.stack(step_td_errors), torch.stack(step_losses)
-        if self.collective is not None:
-            start, stop = inputs["rows"]
-            losses = self.collective.mean(losses, samples=stop - start)
-            every_row = td_errors.new_zeros((len(td_errors), self.batch_size))
-            every_row[:, start:stop] = td_errors
-            td_errors = self.collective.sum(every_row)  # each row from the one rank that holds it
+        start, stop = inputs["rows"]
+        losses = self.peers.mean(torch.stack(step_losses), samples=stop - start)
+        td_errors = self.peers.all_rows(torch.stack(step_td_errors), rows=(start, stop), total=self.batch_size)
         return {"td_errors": td_errors.cpu().numpy(), "losses": losses}
 
     def minibatch_loss(self, obs, actions, rewards, next_obs, discounts, weights):

@@ -94,9 +94,7 @@ class IMPALA(Algorithm):
         )
         self.value_coef, self.entropy_coef = value_coef, entropy_coef
         self.batches_per_update = batches_per_update
-        batch_steps = (
-            max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1) if sampler else total_steps
-        )
+        batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1)
         self.compiled = compile_setting(
             compile,
             expected_gradient_steps=total_steps // batch_steps,
@@ -118,7 +116,7 @@ class IMPALA(Algorithm):
 
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch, time-major [T, E], with the
-        learning rate: per environment column, done once (on rank 0 in a learner group)."""
+        learning rate: per environment column, done once (by the learner that samples, in a learner group)."""
         lr = self.count_steps(batch)
         with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)

@@ -25,6 +25,7 @@ import numpy as np
 
 from rlpar.algos.base import Algorithm, StepResult
 from rlpar.algos.ppo import PPO
+from rlpar.learning.peers import BatchShape
 from rlpar.models.modules.policy_set import PolicySet
 
 
@@ -61,8 +62,10 @@ class IPPO(Algorithm):
         self.learners: dict[str, PPO] = {}
         for p, (name, spec) in enumerate(policy_spec.policies):
             agents = policy_spec.policy_of.count(p)
-            self.learners[name] = PPO(
-                sampler=None,
+            self.learners[name] = PPO(  # a learner that never samples: told its batches' shape
+                sampler=BatchShape(
+                    rollout_length=sampler.rollout_length, num_envs=len(policy_spec.rows_of(p, sampler.num_envs))
+                ),
                 policy_spec=spec,
                 total_steps=total_steps * agents,
                 seed=seed + p,

@@ -33,6 +33,7 @@ LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "re
 
 class PPO(Algorithm):
     data_parallel = True
+    input_layout = "columns+minibatches"  # each learner's columns and its rows of every minibatch
     recurrent_policies = True
 
     def __init__(
@@ -106,7 +107,7 @@ class PPO(Algorithm):
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
-        batch_steps = sampler.rollout_length * sampler.num_envs if sampler is not None else 2 * minibatch_size
+        batch_steps = sampler.rollout_length * sampler.num_envs
         whole_batch = batch_steps <= minibatch_size
         self.gradient_step = gradient_step(
             self.minibatch_loss,
@@ -128,7 +129,7 @@ class PPO(Algorithm):
     def learning_inputs(self, batch) -> dict:
         """What the gradient steps take from a batch, time-major [T, E], with the learning rate:
         the part of an update that reads the whole batch and advances running statistics
-        (steps seen, rewards), done once (on rank 0 in a learner group)."""
+        (steps seen, rewards), done once (by the learner that samples, in a learner group)."""
         lr = self.count_steps(batch)
         advantages, returns = compute_gae(
             **advantage_inputs(batch, self.learning_rewards(batch)), gamma=self.gamma, gae_lambda=self.gae_lambda
@@ -137,7 +138,7 @@ class PPO(Algorithm):
             targets = returns[batch.valid].astype(np.float64)
             self.model.value_normalizer.update(targets.mean(keepdims=True), targets.var(keepdims=True), targets.size)
         # each epoch's shuffle (of valid steps, or of a recurrent policy's pieces), drawn here: in
-        # a group, rank 0 deals them out
+        # a learner group, every learner learns its part of the same minibatches
         steps, envs = batch.valid.shape
         size = piece_count(steps, envs, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
         return {
@@ -154,22 +155,12 @@ class PPO(Algorithm):
             "orders": [self.rng.permutation(size) for _ in range(self.epochs)],
         }
 
-    def shard_inputs(self, inputs: dict, world_size: int) -> list[dict]:
-        """Each rank's environment columns, and its part of every minibatch one learner would
-        take (rlpar.learners.shard.minibatch_shares): the group learns what one learner learns."""
-        from rlpar.learners.shard import column_shards, minibatch_shares, take_columns
-
-        arrays = {k: v for k, v in inputs.items() if k != "orders"}
-        columns = column_shards(inputs["valid"].shape[1], world_size)
-        shares = minibatch_shares(inputs["valid"], columns, inputs["orders"], self.minibatch_size)
-        return [{**take_columns(arrays, cols), "minibatches": share} for cols, share in zip(columns, shares)]
-
     def learn(self, inputs: dict) -> dict:
         """The gradient steps of one update on time-major [T, E] inputs: the whole batch, or in a
-        learner group this rank's environment columns of it (rlpar.learners.shard). Everything
+        learner group this learner's environment columns of it (`input_layout`). Everything
         that reads the whole batch or keeps running statistics (rewards, GAE, the observation
-        normaliser) happened before, on rank 0."""
-        self.receive_from_rank0(inputs)
+        normaliser) happened before, where the batch was sampled."""
+        self.peers.receive(self.model, self.optimizer, inputs["lr"])
         data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
         if inputs["lagged"]:
@@ -197,7 +188,7 @@ class PPO(Algorithm):
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
         and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
         once per epoch or update from detached log-probabilities, not in every step.
-        `inputs`: the shuffles (and in a group this rank's minibatch shares); None: drawn here."""
+        `inputs`: the shuffles (and with peers this learner's minibatch shares); None: drawn here."""
         if inputs is None:
             inputs = {"orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)]}
         losses, samples, epoch_stats = [], [], []
@@ -213,19 +204,20 @@ class PPO(Algorithm):
             epoch_stats.append(
                 torch.stack((approx_kl(new_logp, old_logp), clip_fraction(new_logp, old_logp, self.clip)))
             )
-            if self.collective is not None:  # every rank stops at the same epoch (target_kl)
-                epoch_stats[-1] = self.collective.mean(epoch_stats[-1], samples=len(new_logp))
+            # over every learner's steps: all stop at the same epoch (target_kl)
+            epoch_stats[-1] = self.peers.mean(epoch_stats[-1], samples=len(new_logp))
             if self.target_kl is not None and epoch_stats[-1][0].item() > self.target_kl:
                 break
         self.gradient_step.settle()
-        loss_policy, loss_value = self.minibatch_mean(torch.cat(losses), samples).tolist()
+        # each minibatch's over all its rows (every learner's), then the mean; non-finite steps left out
+        loss_policy, loss_value = self.peers.means_per_row(torch.cat(losses), samples=samples).nanmean(0).tolist()
         kl, clip_frac = torch.stack(epoch_stats).mean(0).tolist()
         with torch.no_grad():
             _, entropy, _ = evaluate_steps(self.model, data)
         out = {
             "loss_policy": loss_policy,
             "loss_value": loss_value,
-            "loss_entropy": self.batch_mean(entropy.mean(), samples=entropy.numel()).item(),
+            "loss_entropy": self.peers.mean(entropy.mean(), samples=entropy.numel()).item(),
             "approx_kl": kl,
             "clip_fraction": clip_frac,
             "epochs": len(epoch_stats),
@@ -240,8 +232,8 @@ class PPO(Algorithm):
 
     def epoch_minibatches(self, data: dict, inputs: dict, epoch: int):
         """One epoch's minibatches, each with a leading dimension of minibatches
-        (rlpar.learning.estimators.sequences.minibatches: rows `unroll` at a time, or whole pieces); in a
-        group, this rank's rows of each (`shard_inputs`), one at a time."""
+        (rlpar.learning.estimators.sequences.minibatches: rows `unroll` at a time, or whole pieces); with
+        peers, this learner's rows of each (`input_layout`), one at a time."""
         share = inputs.get("minibatches")
         if share is not None and "valid" not in data:
             order, ends = torch.from_numpy(share["orders"][epoch]), share["ends"][epoch]
@@ -279,8 +271,8 @@ class PPO(Algorithm):
             old_logp, old_values, advantages, returns, behaviour_weights = (
                 valid_steps(x, valid) for x in (old_logp, old_values, advantages, returns, behaviour_weights)
             )
-        if self.normalize_advantages:  # over the minibatch of every rank in a learner group
-            advantages = self.normalized(advantages)
+        if self.normalize_advantages:  # over the minibatch: all its rows, every learner's
+            advantages = self.peers.normalize(advantages)
         if behaviour_weights is not None:
             advantages = advantages * behaviour_weights
         p_loss = clipped_policy_loss(logp, old_logp, advantages, self.clip)

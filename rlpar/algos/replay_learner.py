@@ -63,8 +63,8 @@ class ReplayLearner(Algorithm):
         # beta reaches beta_end when the run ends: one sample() call per gradient step
         self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
         self.seed, self.steps_per_item = seed, steps_per_item
-        if sampler is not None:  # a learner group's other ranks (no sampler) learn rows that rank 0 draws
-            self.build_replay()
+        # only where batches are sampled: a learner that learns rows drawn elsewhere keeps no replay
+        self.sampler.when_sampling(self.build_replay)
         self.update_credit = 0.0  # gradient steps owed by the replay ratio
         self.gradient_steps = 0
         self.updates = 0  # iterations that learned
@@ -185,17 +185,17 @@ class ReplayLearner(Algorithm):
 
     def learn_from_replay(self, steps: int | None) -> None:
         """`steps` gradient steps, or (None) as many as the replay serves; their diagnostics are
-        kept for `learning_stats`. Alone, one minibatch at a time: drawn, learned, its priorities
-        written back before the next is drawn. In a learner group, all of them at once: rank 0
-        draws them, every rank learns its rows of each, rank 0 writes the priorities back."""
+        kept for `learning_stats`, drawn as many at a time as the learners take
+        (`self.peers.draws_at_once`): alone one, its priorities written back before the next is
+        drawn; a learner group all of them, each learner learning its rows of each."""
         lr = self.apply_learning_rate()
         done = 0
         while steps is None or done < steps:
-            most = 1 if self.learner_group is None else None if steps is None else steps - done
+            most = self.peers.draws_at_once(None if steps is None else steps - done)
             wheres, inputs = self.learning_inputs(lr=lr, most=most)
             if not wheres:  # nothing (more) to replay now
                 break
-            learned = self.learn_on_every_rank(inputs)
+            learned = self.peers.learn(self, inputs)
             for where, td_errors in zip(wheres, learned["td_errors"]):
                 self.report_priorities(where, td_errors)
             self.learned.extend(learned["losses"].unbind(0))
@@ -220,7 +220,7 @@ class ReplayLearner(Algorithm):
     def learning_inputs(self, *, lr: float, most: int | None) -> tuple[list, dict]:  # type: ignore[override]
         """Up to `most` minibatches from the replay (None: as many as it serves) with their
         importance weights and the learning rate, and where each came from (for its
-        priorities): rank 0's part of an update, as it owns the replay."""
+        priorities): the sampling learner's part of an update, as it owns the replay."""
         wheres: list = []
         minibatches: list = []
         weights: list = []
@@ -239,8 +239,7 @@ class ReplayLearner(Algorithm):
         if self.learned:
             stats.update(zip(self.loss_names, torch.stack(self.learned).mean(0).tolist()), **self.step.metrics())
             self.learned = []
-        if self.learner_group is not None:
-            stats["learner_restarts"] = self.learner_group.restarts
+        stats.update(self.peers.metrics())
         return stats
 
     def next_minibatch(self):
@@ -286,7 +285,7 @@ class ReplayLearner(Algorithm):
         self.update_credit = float(counters["update_credit"])
         self.gradient_steps, self.updates = int(counters["gradient_steps"]), int(counters["updates"])
         self.inserted, self.sampled = int(counters["inserted"]), int(counters["sampled"])
-        if "replay" in state and self.sampler is not None:  # a group's other ranks keep no replay
+        if "replay" in state:  # kept with `replay.checkpoint`
             self.storage.load_state_dict(state["replay"]["storage"])
             self.replay.load_state_dict(state["replay"]["sampler"])
             self.writer.load_state_dict(state["replay"]["writer"])

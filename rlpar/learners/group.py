@@ -2,8 +2,10 @@
 actors holding replicas of it, one bundle each of a placement group that keeps rank 0's bundle on
 the driver's node and spreads the others (docs/learners.md).
 
-The handle the algorithm sees is `learn(algorithm, inputs)`: shard, learn everywhere, return
-the update's diagnostics (the whole batch's: every rank reduces them alike). A rank that dies or
+Rank 0's algorithm holds the group as its peers (rlpar.learning.peers): `learn(algorithm,
+inputs)` shards the inputs as the algorithm's `input_layout` declares, learns everywhere and
+returns the update's diagnostics (the whole batch's: every rank reduces them alike); the group
+also keeps the other ranks' random states in rank 0's checkpoints and stops with it. A rank that dies or
 never answers, also while the group starts again, ends the update on every survivor (the process
 group's timeout), rank 0 returns to its weights before the update, and the group is started again
 from them and learns the same inputs; `restarts` counts each time."""
@@ -20,14 +22,17 @@ import torch
 
 from rlpar.errors import LearnerGroupError, first_line
 from rlpar.learners.collective import join_group, leave_group, meeting_point
+from rlpar.learners.peers import RankPeers, join, leave
+from rlpar.learners.shard import shard_inputs
 from rlpar.learning.errors import NonFiniteLossError
 
 PLACEMENT_TIMEOUT_S = 120  # a cluster without room for the group is named, not waited on forever
 
 
 class LearnerRank:
-    """One rank of the group in its own process: a replica of the algorithm built without a
-    sampler, whose random generator is its own (each rank shuffles its own columns)."""
+    """One rank of the group in its own process: a replica of the algorithm built with the
+    batches' shape in place of a sampler (rlpar.learning.peers.BatchShape), whose random
+    generator is its own (each rank shuffles its own columns)."""
 
     def __init__(self, *, make_algorithm, rank: int, seed: int, torch_threads: int):
         torch.set_num_threads(torch_threads)
@@ -47,7 +52,7 @@ class LearnerRank:
         self.algorithm.load_state_dict(state)
         set_rank_rng(self.algorithm, rng if rng is not None else fresh_rank_rng(self.seed, self.rank))
         collective = join_group(rank=self.rank, world_size=world_size, address=address, port=port, timeout_s=timeout_s)
-        self.algorithm.join_learner_group(collective)
+        join(self.algorithm, collective, RankPeers())
 
     def learn(self, inputs: dict) -> dict:
         """This rank's part of one update; returns its random state after it (rank 0 keeps it for checkpoints)."""
@@ -78,8 +83,16 @@ def set_rank_rng(algorithm, state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-class LearnerGroup:
-    """Ranks 1..N-1 of the group, started on a Ray cluster; rank 0 is the algorithm handed to `learn`."""
+def learner_state(algorithm) -> dict:
+    """What every rank of a learner group starts from, and what a failed update returns rank 0
+    to: the algorithm's state without the replay's contents (which only rank 0 keeps, and
+    learning does not change)."""
+    return {k: v for k, v in algorithm.state_dict().items() if k != "replay"}
+
+
+class LearnerGroup(RankPeers):
+    """Ranks 1..N-1 of the group, started on a Ray cluster; rank 0 is the algorithm handed to
+    `learn`, whose peers this is."""
 
     def __init__(
         self,
@@ -94,6 +107,7 @@ class LearnerGroup:
         max_restarts: int,
         log=print,
     ):
+        super().__init__()
         self.ray, self.make_algorithm, self.world_size, self.seed = ray, make_algorithm, world_size, seed
         self.cpus_per_learner, self.torch_threads = cpus_per_learner, torch_threads
         self.timeout_s, self.max_restarts, self.log = timeout_s, max_restarts, log
@@ -170,7 +184,7 @@ class LearnerGroup:
         address = self.ray.util.get_node_ip_address()
         listening = meeting_point(address)
         port = listening.getsockname()[1]
-        state = self.ray.put(algorithm.learner_state())
+        state = self.ray.put(learner_state(algorithm))
         rngs = (
             self.rank_rngs
             if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors)
@@ -190,7 +204,7 @@ class LearnerGroup:
             timeout_s=self.timeout_s,
             listening=listening,
         )
-        algorithm.join_learner_group(collective)
+        join(algorithm, collective, self)
         self.ray.get(refs, timeout=self.timeout_s)
         self.joined = True
 
@@ -200,6 +214,22 @@ class LearnerGroup:
             self.ray.kill(actor)
         self.actors = []
         self.remove_placement()
+        self.joined = False
+
+    def close(self) -> None:
+        self.stop()
+
+    # -- what rank 0's algorithm keeps of the group ---------------------------------------------
+    def metrics(self) -> dict:
+        return {"learner_restarts": self.restarts}
+
+    def state_dict(self) -> dict:
+        """Ranks 1..N-1's random states, for a resume with the same N."""
+        return {"learner_rngs": self.rank_rngs}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The other ranks take this state when the group next meets."""
+        self.rank_rngs = state.get("learner_rngs")
         self.joined = False
 
     def remove_placement(self) -> None:
@@ -214,19 +244,19 @@ class LearnerGroup:
         """The diagnostics of one update learned by every rank on its shard of `inputs`. A lost
         rank (in the update, or in the group's start or meeting before it): rank 0's weights
         before the update, the group again, the same inputs."""
-        before = copy.deepcopy(algorithm.learner_state())
+        before = copy.deepcopy(learner_state(algorithm))
         while True:
             try:
                 if not self.actors:  # torn down by a failure: started again here, where its own failures count
                     self.start()
                 if not self.joined:
                     self.join(algorithm)
-                shards = algorithm.shard_inputs(inputs, self.world_size)
+                shards = shard_inputs(algorithm, inputs, self.world_size)
                 refs = [actor.learn.remote(shard) for actor, shard in zip(self.actors, shards[1:])]
                 stats = algorithm.learn(shards[0])
                 self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
                 self.consecutive_failures = 0
-                return {**stats, **algorithm.collective.reduction_costs()}
+                return {**stats, **self.in_group().reduction_costs(), **self.metrics()}
             except (NonFiniteLossError, LearnerGroupError):  # the run's own stop (the same gradient on every
                 raise  # rank), or a cluster without room: not a lost rank
             except (RuntimeError, self.ray.exceptions.RayError) as err:  # gloo's errors are RuntimeErrors
@@ -239,7 +269,7 @@ class LearnerGroup:
         self.restarts += 1
         cause = f"{type(err).__name__}: {first_line(err)}"
         self.stop()
-        algorithm.leave_learner_group()
+        leave(algorithm, self)
         algorithm.load_state_dict(before)
         if self.consecutive_failures > self.max_restarts:
             raise LearnerGroupError(

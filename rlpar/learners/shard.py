@@ -61,3 +61,30 @@ def row_ranges(rows: int, world_size: int) -> list[tuple[int, int]]:
             f"a minibatch of {rows} rows cannot be shared by {world_size} learners (one row each at least)"
         )
     return [(int(part[0]), int(part[-1]) + 1) for part in np.array_split(np.arange(rows), world_size)]
+
+
+def shard_inputs(algorithm, inputs: dict, world_size: int) -> list[dict]:
+    """Each rank's part of an update's inputs, cut as the algorithm's `input_layout` declares:
+    `columns`: whole environment columns of time-major [T, E] arrays; `columns+minibatches`:
+    those, and each rank's part of every minibatch one learner would take (`minibatch_shares`:
+    the group learns what one learner learns); `rows`: contiguous rows of every replay minibatch,
+    so that rank 0 can put every rank's TD errors back in place."""
+    layout = algorithm.input_layout
+    if layout == "rows":
+        return [
+            {
+                **inputs,
+                "rows": (start, stop),
+                "minibatches": [{k: v[start:stop] for k, v in m.items()} for m in inputs["minibatches"]],
+                "weights": [w[start:stop] for w in inputs["weights"]],
+            }
+            for start, stop in row_ranges(algorithm.batch_size, world_size)
+        ]
+    columns = column_shards(inputs["valid"].shape[1], world_size)
+    if layout == "columns+minibatches":
+        arrays = {k: v for k, v in inputs.items() if k != "orders"}
+        shares = minibatch_shares(inputs["valid"], columns, inputs["orders"], algorithm.minibatch_size)
+        return [{**take_columns(arrays, cols), "minibatches": share} for cols, share in zip(columns, shares)]
+    if layout == "columns":
+        return [take_columns(inputs, cols) for cols in columns]
+    raise ValueError(f"{type(algorithm).__name__}.input_layout {layout!r}: not columns, columns+minibatches or rows")

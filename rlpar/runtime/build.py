@@ -16,6 +16,7 @@ from rlpar.config.validate import ConfigError
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.probe import EnvProbe, probe_env
 from rlpar.envs.state_pickle import state_dropped_message
+from rlpar.learning.peers import BatchShape
 from rlpar.logging.progress import ProgressLine
 from rlpar.models.multi_agent import MultiAgentSpec
 from rlpar.models.spec import PolicySpec
@@ -110,15 +111,14 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         algorithm = make_algorithm(sampler=sampler)
         if container["learners"] > 1:
             group = container["learner_group"]
-            algorithm.use_learner_group(
-                sampler.start_learner_group(
-                    make_algorithm=partial(make_algorithm, sampler=None),
-                    world_size=container["learners"],
-                    seed=container["seed"],
-                    torch_threads=container["hardware"]["torch_threads"],
-                    timeout_s=group["timeout_s"],
-                    max_restarts=group["max_restarts"],
-                )
+            # rank 0 learns with the group as its peers; ranks 1..N-1 never sample: told the batches' shape
+            algorithm.peers = sampler.start_learner_group(
+                make_algorithm=partial(make_algorithm, sampler=BatchShape.of(sampler)),
+                world_size=container["learners"],
+                seed=container["seed"],
+                torch_threads=container["hardware"]["torch_threads"],
+                timeout_s=group["timeout_s"],
+                max_restarts=group["max_restarts"],
             )
     except BaseException:
         sampler.close()  # its workers and Ray actors must not outlive a failed build

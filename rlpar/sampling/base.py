@@ -121,6 +121,11 @@ class Sampler(ABC):
         """Checkpoint without environment state from now on (`reason`: why it cannot be
         pickled); a resume then starts fresh episodes."""
 
+    def when_sampling(self, build) -> None:
+        """`build()` now: what only a learner that samples keeps (its replay) is built here; a
+        learner that never samples is given a stand-in that skips it (rlpar.learning.peers.BatchShape)."""
+        build()
+
     def start_service(
         self,
         service_class,

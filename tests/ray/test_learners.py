@@ -39,7 +39,7 @@ def weights(trainer) -> dict:
 def test_one_learner_per_node_and_a_killed_rank_restarts_the_group(cluster, make_cfg, tmp_path):
     trainer = build_trainer(make_cfg(*LEARNERS, run_dir=tmp_path / "run"))
     try:
-        group = trainer.algorithm.learner_group
+        group = trainer.algorithm.peers
         (node0, driver), (node1, victim) = group.locations
         assert driver == os.getpid() and node0 != node1  # rank 0 here, rank 1 on the other node
         rows = [trainer.train() for _ in range(3)]
@@ -76,7 +76,7 @@ def test_a_rank_lost_while_the_group_starts_again_is_one_more_restart(cluster, m
     the run goes on."""
     trainer = build_trainer(make_cfg(*LEARNERS, "algo=impala", run_dir=tmp_path / "run"))
     try:
-        group = trainer.algorithm.learner_group
+        group = trainer.algorithm.peers
         (_, _), (_, victim) = group.locations
         rows = [trainer.train() for _ in range(2)]
         killed = []
@@ -113,7 +113,7 @@ def test_a_checkpoint_of_two_learners_resumes_with_two_and_with_one(cluster, mak
         for _ in range(2):
             straight.train()
         path, saved = straight.save(), weights(straight)
-        rank1_random_state = straight.algorithm.learner_group.rank_rngs[0]["numpy"]
+        rank1_random_state = straight.algorithm.peers.rank_rngs[0]["numpy"]
     finally:
         straight.close()
     for learners, run in ((2, "two"), (1, "one")):
@@ -122,7 +122,7 @@ def test_a_checkpoint_of_two_learners_resumes_with_two_and_with_one(cluster, mak
             resumed.restore(path)
             restored = weights(resumed)
             if learners == 2:  # the group meets before its first update: rank 1 as it stood at the checkpoint
-                group = resumed.algorithm.learner_group
+                group = resumed.algorithm.peers
                 group.join(resumed.algorithm)
                 assert ray.get(group.actors[0].random_state.remote())["numpy"] == rank1_random_state
             rows = [resumed.train() for _ in range(2)]

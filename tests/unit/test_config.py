@@ -119,7 +119,7 @@ def test_compile_switch_is_a_gradient_step_or_ready(make_cfg, value):
      r"learners: mappo learns each policy with a PPO learner of its own \(env.policies\), and a learner group splits "
      r"the update of one learner"),
     (["learners=2", "algo=sac", "env=pendulum", "parallel=distributed"], r"learners: sac does not split its update into "
-                                                                         r"learning_inputs \(rank 0\) and learn"),
+                                                                         r"learning_inputs \(once\) and learn"),
     (["learners=8", "parallel=distributed", "ray.num_cpus=2", "workers=2"],
      r"learners: 8 learners reserve 4 CPU \(ray.cpus_per_learner 0.5 each\) and 2 workers 0.2 \(ray.cpus_per_worker "
      r"0.1\): more than the 2 CPU of the private Ray instance \(ray.num_cpus\), so the group would never start"),

@@ -15,9 +15,11 @@ from rlpar.algos.dqn import DQN
 from rlpar.algos.impala import IMPALA
 from rlpar.algos.ppo import PPO
 from rlpar.learners.collective import join_group, leave_group
+from rlpar.learners.peers import RankPeers, join
+from rlpar.learners.shard import shard_inputs
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.replay.settings import ReplaySettings
-from tests.rollouts import cartpole_rollout
+from tests.rollouts import LEARNER_ONLY, cartpole_rollout
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -30,7 +32,7 @@ REPLAY = ReplaySettings(capacity=1000, prioritized=True)  # importance weights t
 def make(algo: str, policy_spec, **options):
     """Every algorithm of a test starts from the same weights (seed 0), those the data was acted with."""
     extra = {"replay": REPLAY} if algo == "dqn" else {}
-    return ALGORITHMS[algo](sampler=None, policy_spec=policy_spec, seed=0, total_steps=100_000, compile=False,
+    return ALGORITHMS[algo](sampler=LEARNER_ONLY, policy_spec=policy_spec, seed=0, total_steps=100_000, compile=False,
                             **extra, **options)
 
 
@@ -93,7 +95,7 @@ def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, res
     collective = join_group(rank=rank, world_size=world_size, address="127.0.0.1", port=port, timeout_s=TIMEOUT_S)
     try:
         algorithm = make(algo, policy_spec, **options)
-        algorithm.join_learner_group(collective)
+        join(algorithm, collective, RankPeers())
         for shard in shards:
             out = algorithm.learn(shard)
         # numpy, not tensors: torch would share their memory through this process, which is ending
@@ -104,8 +106,8 @@ def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, res
 
 def learn_in_group(algo, policy_spec, updates: list[dict], world_size: int, options: dict) -> list[tuple]:
     """Each rank's (weights, last TD errors, last statistics) after `updates`, each cut as rank 0
-    cuts it (`shard_inputs`)."""
-    shards = [make(algo, policy_spec, **options).shard_inputs(inputs, world_size) for inputs in updates]
+    cuts it (`shard_inputs`, as the algorithm's `input_layout` declares)."""
+    shards = [shard_inputs(make(algo, policy_spec, **options), inputs, world_size) for inputs in updates]
     context = multiprocessing.get_context("spawn")
     results, port = context.Queue(), free_port()
     processes = [context.Process(target=learner_rank, daemon=True,
@@ -177,7 +179,7 @@ def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(algo, rollout
 def test_ranks_keep_identical_weights_through_minibatch_updates(rollout):
     """Shuffled minibatches, several epochs, two updates: every rank ends with the same weights,
     bit for bit (they all apply the same all-reduced gradient), and with one learner's weights:
-    each rank learns its rows of one learner's minibatches (PPO.shard_inputs), and logs one
+    each rank learns its rows of one learner's minibatches (PPO.input_layout), and logs one
     learner's losses: each minibatch's over every rank's rows of it, not its own rows'."""
     options = {"epochs": 3, "minibatch_size": 32}
     policy_spec, updates = on_policy_updates("ppo", rollout, options, 2)

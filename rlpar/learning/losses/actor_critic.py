@@ -66,17 +66,18 @@ class ActorCriticLoss:
             "explained_variance": explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep]),
         }
 
-    def __call__(self, model, obs, actions, advantages, returns, initial_state=None, valid=None):
+    def __call__(self, model, obs, actions, advantages, returns, initial_state=None, valid=None, normalized=normalize):
         """(loss, its parts [policy, value, entropy] detached): policy gradient + value_coef x
         value regression - entropy_coef x entropy. A recurrent model's inputs are pieces of
         sequences ([L, P] arrays, `initial_state` and `valid`: rlpar.learning.estimators.sequences), the
-        loss over their valid steps."""
+        loss over their valid steps. `normalized`: how advantages are normalised (over every
+        learner's steps in a learner group: rlpar.learning.peers)."""
         logp, entropy, values = evaluate_steps(
             model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
         )
         advantages, returns = valid_steps(advantages, valid), valid_steps(returns, valid)
         if self.normalize_advantages:
-            advantages = normalize(advantages)
+            advantages = normalized(advantages)
         p_loss = policy_gradient_loss(logp, advantages)
         v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()
