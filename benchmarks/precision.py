@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from common import machine, markdown_table, rotated
-from rlpar.algos.ppo import LEARNING_ARRAYS, PPO
+from rlpar.algos.ppo import LEARNING_ARRAYS, PPO, PPOConfig
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.spaces import ActionInfo
 from rlpar.learning.estimators.batch_tensors import valid_step_tensors
@@ -32,8 +32,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 def make_ppo(policy_spec, precision: str, minibatch_size: int) -> PPO:
     """Eager steps (a precision other than fp32 never compiles); a tiny lr: the same data is
     learnt from again and again."""
-    return PPO(sampler=None, policy_spec=policy_spec, total_steps=10**9, seed=0, lr=1e-7, minibatch_size=minibatch_size,
-               compile=False, precision=precision)
+    return PPO(PPOConfig(lr=1e-7, minibatch_size=minibatch_size, compile=False, precision=precision),
+               sampler=None, policy_spec=policy_spec, total_steps=10**9, seed=0)
 
 
 def cartpole_data(policy_spec) -> dict:

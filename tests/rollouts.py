@@ -24,3 +24,10 @@ def cartpole_rollout(make_algorithm, *, spec_class=PolicySpec, seed: int = 0):
         worker.close()
     assert batch.terminated.any() and not batch.valid.all()
     return policy_spec, batch
+
+
+def made(algorithm_class, **arguments):
+    """`algorithm_class` built as the builder builds it: its typed config (`Config`) from the keys
+    given, the builder's own arguments (sampler, policy_spec, total_steps, seed, device) beside it."""
+    built = {k: arguments.pop(k) for k in ("sampler", "policy_spec", "total_steps", "seed", "device") if k in arguments}
+    return algorithm_class(algorithm_class.Config(**arguments), **built)

@@ -13,36 +13,40 @@ Run it from this directory:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.base import Algorithm, AlgorithmConfig, StepResult
 from rlpar.learning.estimators.gae import compute_gae
 from rlpar.learning.optimization.optim import adam
 from rlpar.learning.losses.ppo_loss import normalize, policy_gradient_loss, value_loss
+from rlpar.typed_config import choice, flag, number
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReinforceConfig(AlgorithmConfig):
+    """The keys of conf/algo/reinforce.yaml, with their types, defaults and ranges: validation
+    refuses a value out of range, or a key not here, before anything starts. AlgorithmConfig adds
+    gamma and the rewards' scale, clip and normalisation (what `learning_rewards` applies)."""
+
+    lr: float = number(1e-2, low=0, low_open=True)
+    value_coef: float = number(0.5, low=0)
+    max_grad_norm: float = number(0.5, low=0, low_open=True)
+    normalize_advantages: bool = flag(True)
+    precision: str = choice("fp32", ("fp32", "bf16", "fp16"))
 
 
 class Reinforce(Algorithm):
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 1e-2,
-        gamma: float = 0.99,
-        value_coef: float = 0.5,
-        max_grad_norm: float = 0.5,
-        normalize_advantages: bool = True,
-        precision: str = "fp32",
-    ):
-        super().__init__(sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed,
-                         device=device, gamma=gamma)
-        self.gamma, self.value_coef, self.normalize_advantages = gamma, value_coef, normalize_advantages
-        self.set_optimizer(adam(self.parameters, lr=lr), max_grad_norm=max_grad_norm, max_consecutive_nonfinite=20,
-                           precision=precision)  # fp32, bf16 or fp16 (torch.autocast; fp16 with a loss scaler)
+    Config = ReinforceConfig  # what the builder makes from the algo node and passes first
+
+    def __init__(self, config: ReinforceConfig, **built):  # built: sampler, policy_spec, total_steps, seed, device
+        super().__init__(config, **built)
+        self.gamma, self.value_coef, self.normalize_advantages = config.gamma, config.value_coef, config.normalize_advantages
+        self.set_optimizer(adam(self.parameters, lr=config.lr), max_grad_norm=config.max_grad_norm,
+                           max_consecutive_nonfinite=20,
+                           precision=config.precision)  # fp32, bf16 or fp16 (torch.autocast; fp16 with a loss scaler)
 
     def training_step(self) -> StepResult:
         batch, metrics = self.sample()  # [T, N] arrays acted by the current weights, and the sampler's timings

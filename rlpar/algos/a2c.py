@@ -9,104 +9,92 @@ environment (whole rollouts by default), each unrolled from its stored state
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
 from rlpar.learning.losses.actor_critic import ActorCriticLoss
-from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, EagerStep, compile_setting, gradient_step
+from rlpar.learning.optimization.compiled import EagerStep, compile_setting, gradient_step
 from rlpar.learning.optimization.optim import build_optimizer
 from rlpar.learning.optimization.step import LearningRate
+from rlpar.typed_config import choice, flag, integer, number, override
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "advantages", "returns")
 
 
+@dataclass(frozen=True, kw_only=True)
+class A2CConfig(ActorCriticConfig):
+    """A2C's keys (conf/algo/a2c.yaml), besides every learner's."""
+
+    lr: float = override(ActorCriticConfig, "lr", 7e-4)
+    optimizer: str = choice("rmsprop", ("rmsprop", "adam"))
+    rmsprop_alpha: float = number(0.99, low=0, high=1, high_open=True)
+    optimizer_eps: float = number(1e-5, low=0, low_open=True)
+    advantage: str = choice("nstep", ("nstep", "gae"))
+    n_steps: int | None = integer(None, low=1, optional=True)  # None: the rollout
+    gae_lambda: float = number(1.0, low=0, high=1)
+    normalize_advantages: bool = flag(False)
+    sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
+
+
 class A2C(Algorithm):
+    Config = A2CConfig
     data_parallel = True
     recurrent_policies = True
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 7e-4,
-        optimizer: str = "rmsprop",
-        rmsprop_alpha: float = 0.99,
-        optimizer_eps: float = 1e-5,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        gamma: float = 0.99,
-        advantage: str = "nstep",
-        n_steps: int | None = None,
-        gae_lambda: float = 1.0,
-        value_coef: float = 0.5,
-        entropy_coef: float = 0.01,
-        max_grad_norm: float = 0.5,
-        normalize_advantages: bool = False,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        normalize_rewards: bool = False,
-        max_consecutive_nonfinite: int = 20,
-        sequence_length: int | None = None,
-        compile: str | bool = "auto",
-        compile_switch: int | str = COMPILE_SWITCH_STEP,
-        precision: str = "fp32",
-    ):
+    def __init__(self, config: A2CConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
         (rlpar.learning.optimization.compiled), used from gradient step `compile_switch` on (or `ready`: as
         soon as it is compiled). `sequence_length`: a recurrent policy's learning pieces, in
         steps (None: the rollout)."""
         super().__init__(
+            config,
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=gamma,
-            reward_scale=reward_scale,
-            normalize_rewards=normalize_rewards,
-            reward_clip=reward_clip,
         )
         self.objective = ActorCriticLoss(
-            gamma=gamma,
-            advantage=advantage,
-            n_steps=n_steps,
-            gae_lambda=gae_lambda,
-            value_coef=value_coef,
-            entropy_coef=entropy_coef,
-            normalize_advantages=normalize_advantages,
+            gamma=config.gamma,
+            advantage=config.advantage,
+            n_steps=config.n_steps,
+            gae_lambda=config.gae_lambda,
+            value_coef=config.value_coef,
+            entropy_coef=config.entropy_coef,
+            normalize_advantages=config.normalize_advantages,
         )
         self.optimizer_settings: dict[str, Any] = dict(
-            optimizer=optimizer, lr=lr, optimizer_eps=optimizer_eps, rmsprop_alpha=rmsprop_alpha
+            optimizer=config.optimizer,
+            lr=config.lr,
+            optimizer_eps=config.optimizer_eps,
+            rmsprop_alpha=config.rmsprop_alpha,
         )
         self.set_optimizer(
             build_optimizer(self.parameters, **self.optimizer_settings),
-            max_grad_norm=max_grad_norm,
-            max_consecutive_nonfinite=max_consecutive_nonfinite,
-            precision=precision,
+            max_grad_norm=config.max_grad_norm,
+            max_consecutive_nonfinite=config.max_consecutive_nonfinite,
+            precision=config.precision,
         )
-        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1)
         self.compiled = compile_setting(
-            compile,
+            config.compile,
             expected_gradient_steps=total_steps // rollout_steps,
-            precision=precision,
+            precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
         )
-        self.sequence_length = sequence_length
+        self.sequence_length = config.sequence_length
         self.gradient_step = gradient_step(
             self.rollout_loss,
             model=self.model,
             guard=self.step,
             compiled=self.compiled,
             dynamic=True,
-            switch=compile_switch,
+            switch=config.compile_switch,
         )
 
     def training_step(self) -> StepResult:

@@ -27,16 +27,28 @@ episode ends (rlpar.learning.losses.actor_critic); async n-step Q does the same 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from rlpar.algos.a2c import A2C
+from rlpar.algos.a2c import A2C, A2CConfig
 from rlpar.algos.base import StepResult
 from rlpar.learning.losses.actor_critic import ActorCriticLoss
 from rlpar.learning.optimization.hogwild import SharedParameters
 from rlpar.learning.optimization.parameter_server import ParameterServer
 from rlpar.sampling.gradient_worker import GradientWorker
+from rlpar.typed_config import integer, override
 
 OBJECTIVE_KEYS = ("gamma", "advantage", "n_steps", "gae_lambda", "value_coef", "entropy_coef", "normalize_advantages")
+
+
+@dataclass(frozen=True, kw_only=True)
+class A3CConfig(A2CConfig):
+    """A2C's keys and the parameter server's. Workers compute the loss on raw rewards (clipped,
+    x reward_scale): no shared running statistics, so normalize_rewards is fixed off."""
+
+    server_sync_interval: int = integer(10, low=1)  # iterations between copies of a remote server's state
+    normalize_rewards: bool | str = override(A2CConfig, "normalize_rewards", False, fixed=True)
 
 
 class A3C(A2C):
@@ -51,8 +63,7 @@ class A3C(A2C):
     recurrent_policies = True  # each worker's gradient over its rollout in sequence, from the stored start state
     worker_duties = "compute gradients"
     target_update_every: int | None = None  # a target network on the server (asynchronous Q-learning)
-    # Workers compute the loss on raw rewards (clipped, x reward_scale): no shared running statistics.
-    KEYWORDS_NOT_FORWARDED = ("normalize_rewards",)  # a plain assignment: rlpar.config.known_keys reads it
+    Config = A3CConfig
     # The workers' forward and backward run in bf16 (their gradients are float32); fp16 would need
     # a loss scaler in every worker, kept in step with the server's skips.
     precisions = ("fp32", "bf16")
@@ -66,17 +77,17 @@ class A3C(A2C):
             "precision": algo_config.get("precision", "fp32"),
         }
 
-    def __init__(self, *, server_sync_interval: int = 10, **a2c_kwargs):
-        """`a2c_kwargs`: A2C's hyper-parameters (the workers take the objective's from the config,
-        see `worker_options`); `server_sync_interval`: iterations between copies of a remote
-        parameter server's state into the learner (for checkpoints and restarts)."""
-        super().__init__(**a2c_kwargs)
-        self.server_sync_interval = server_sync_interval
+    def __init__(self, config: A3CConfig, **built):
+        """`config`: A2C's hyper-parameters (the workers take the objective's from the config,
+        see `worker_options`) and the parameter server's; `built`: what the builder passes every
+        algorithm (sampler, policy_spec, total_steps, seed, device)."""
+        super().__init__(config, **built)
+        self.server_sync_interval = config.server_sync_interval
         self.iterations = 0
         settings = dict(
             policy_spec=self.policy_spec,
             total_steps=self.total_steps,
-            seed=a2c_kwargs["seed"],
+            seed=built["seed"],
             max_grad_norm=self.step.max_grad_norm,
             max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
             learning_rate=self.lr,

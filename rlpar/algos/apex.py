@@ -14,31 +14,41 @@ Ape-X's per-actor rates, with one environment per actor exactly the paper's).
 
 from __future__ import annotations
 
-from rlpar.algos.dqn import DQN
+from dataclasses import dataclass
+
+from rlpar.algos.dqn import DQN, DQNConfig
 from rlpar.algos.sharded_replay import ShardedReplay
 from rlpar.learning.exploration import SpreadEpsilons
+from rlpar.typed_config import number, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApeXConfig(DQNConfig):
+    """DQN's keys, less those it fixes: each actor's ε is set by exploration_epsilon and
+    exploration_alpha, not scheduled; actors write raw rewards (clipped when reward_clip is set),
+    unscaled; no sequences (feed-forward only)."""
+
+    exploration_epsilon: float = number(0.4, low=0, high=1, low_open=True)
+    exploration_alpha: float = number(7.0, low=0)
+    epsilon_start: float = override(DQNConfig, "epsilon_start", 1.0, fixed=True)
+    epsilon_end: float = override(DQNConfig, "epsilon_end", 0.05, fixed=True)
+    exploration_steps: int = override(DQNConfig, "exploration_steps", 10_000, fixed=True)
+    reward_scale: float = override(DQNConfig, "reward_scale", 1.0, fixed=True)
+    burn_in: int = override(DQNConfig, "burn_in", 8, fixed=True)
+    sequence_length: int = override(DQNConfig, "sequence_length", 16, fixed=True)
 
 
 class ApeX(ShardedReplay, DQN):
-    # Each actor's ε is fixed by exploration_epsilon and exploration_alpha, not scheduled; actors
-    # write raw rewards (clipped when reward_clip is set), unscaled; no sequences (feed-forward only).
-    KEYWORDS_NOT_FORWARDED = (
-        "epsilon_start",
-        "epsilon_end",
-        "exploration_steps",
-        "reward_scale",
-        "burn_in",
-        "sequence_length",
-    )
+    Config = ApeXConfig
 
-    def __init__(self, *, exploration_epsilon: float = 0.4, exploration_alpha: float = 7.0, **dqn_kwargs):
-        """`dqn_kwargs`: DQN's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
+    def __init__(self, config: ApeXConfig, **built):
+        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
         self.exploration = SpreadEpsilons(
-            num_envs=dqn_kwargs["sampler"].num_envs,
-            epsilon=exploration_epsilon,
-            alpha=exploration_alpha,
+            num_envs=built["sampler"].num_envs,
+            epsilon=config.exploration_epsilon,
+            alpha=config.exploration_alpha,
         )
-        super().__init__(**dqn_kwargs)
+        super().__init__(config, **built)
 
     def epsilon(self) -> float:
         """The median actor's."""

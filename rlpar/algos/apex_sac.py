@@ -14,22 +14,54 @@ run's episode statistics count the greedier half.
 
 from __future__ import annotations
 
-from rlpar.algos.sac import SAC
+from dataclasses import dataclass
+
+from rlpar.algos.sac import SAC, SACConfig
 from rlpar.algos.sharded_replay import ShardedReplay
-from rlpar.algos.td3 import TD3
+from rlpar.algos.td3 import TD3, TD3Config
 from rlpar.learning.exploration import SpreadNoiseScales
+from rlpar.typed_config import number
+
+
+def noise_scale_problems(config) -> list[str]:
+    """The spread's ends in order."""
+    low, high = config.get("algo.noise_scale_low"), config.get("algo.noise_scale_high")
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (low, high)) and low > high:
+        return [f"algo.noise_scale_low: {low} is above algo.noise_scale_high ({high})"]
+    return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApeXSACConfig(SACConfig):
+    noise_scale_low: float = number(0.5, low=0, low_open=True)  # the greediest actor's noise scale
+    noise_scale_high: float = number(1.5, low=0, low_open=True)  # the widest explorer's
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        return super().config_problems(config) + noise_scale_problems(config)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApeXTD3Config(TD3Config):
+    noise_scale_low: float = number(0.5, low=0, low_open=True)  # times exploration_noise
+    noise_scale_high: float = number(2.0, low=0, low_open=True)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        return super().config_problems(config) + noise_scale_problems(config)
 
 
 class ApeXSAC(ShardedReplay, SAC):
     needs_ray = True  # its actors and replay shards are Ray actors: a sampler that uses Ray (parallel=distributed)
     without_ray = "sac"  # what to run instead on a sampler without Ray: the learner's own replay
+    Config = ApeXSACConfig
 
-    def __init__(self, *, noise_scale_low: float = 0.5, noise_scale_high: float = 1.5, **sac_kwargs):
-        """`sac_kwargs`: SAC's (lr, gamma, n_step, batch_size, replay_ratio, replay, ...)."""
+    def __init__(self, config: ApeXSACConfig, **built):
+        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
         self.exploration = SpreadNoiseScales(
-            num_envs=sac_kwargs["sampler"].num_envs, low=noise_scale_low, high=noise_scale_high
+            num_envs=built["sampler"].num_envs, low=config.noise_scale_low, high=config.noise_scale_high
         )
-        super().__init__(**sac_kwargs)
+        super().__init__(config, **built)
 
     def noise_scale(self):
         return self.exploration.values
@@ -39,12 +71,14 @@ class ApeXTD3(ShardedReplay, TD3):
     needs_ray = True
     without_ray = "td3"
 
-    def __init__(self, *, noise_scale_low: float = 0.5, noise_scale_high: float = 2.0, **td3_kwargs):
-        """`td3_kwargs`: TD3's (exploration_noise, target_noise, policy_delay, ...)."""
+    Config = ApeXTD3Config
+
+    def __init__(self, config: ApeXTD3Config, **built):
+        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
         self.exploration = SpreadNoiseScales(
-            num_envs=td3_kwargs["sampler"].num_envs, low=noise_scale_low, high=noise_scale_high
+            num_envs=built["sampler"].num_envs, low=config.noise_scale_low, high=config.noise_scale_high
         )
-        super().__init__(**td3_kwargs)
+        super().__init__(config, **built)
 
     def noise_scale(self):
         return self.exploration_noise * self.exploration.values

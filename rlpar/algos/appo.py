@@ -17,110 +17,98 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult, minibatch_problems
+from rlpar.algos.impala import IMPALAConfig
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
 from rlpar.learning.estimators.vtrace import compute_vtrace
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
 from rlpar.learning.optimization.step import LearningRate
+from rlpar.typed_config import flag, integer, number, override
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "behaviour_logp", "target_logp", "advantages", "returns")
 
 
+@dataclass(frozen=True, kw_only=True)
+class APPOConfig(IMPALAConfig):
+    """APPO's keys (conf/algo/appo.yaml): IMPALA's V-trace, PPO's clipped minibatch epochs on a
+    buffer of batches, and a target network."""
+
+    max_grad_norm: float = override(ActorCriticConfig, "max_grad_norm", 0.5)
+    entropy_coef: float = override(ActorCriticConfig, "entropy_coef", 0.0)
+    clip: float = number(0.2, low=0, high=1, low_open=True, high_open=True)
+    kl_coef: float = number(0.0, low=0)
+    minibatch_size: int = integer(512, low=1)
+    normalize_advantages: bool = flag(True)
+    reuse_per_batch: int = integer(2, low=1)  # epochs over each batch
+    buffer_batches: int = integer(4, low=1)  # batches kept for reuse
+    target_update_every: int = integer(4, low=1)  # updates between target-network copies
+    sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        return super().config_problems(config) + minibatch_problems(config)
+
+
 class APPO(Algorithm):
+    Config = APPOConfig
     sync_mode = "non_blocking"
     max_policy_lag = None
     data_parallel = True
     recurrent_policies = True
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 5e-4,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        gamma: float = 0.99,
-        vtrace_lambda: float = 1.0,
-        clip_rho_threshold: float = 1.0,
-        clip_c_threshold: float = 1.0,
-        clip: float = 0.2,
-        kl_coef: float = 0.0,
-        value_coef: float = 0.5,
-        entropy_coef: float = 0.0,
-        max_grad_norm: float = 0.5,
-        minibatch_size: int = 512,
-        normalize_advantages: bool = True,
-        reuse_per_batch: int = 2,
-        buffer_batches: int = 4,
-        target_update_every: int = 4,
-        batches_per_update: int = 1,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        normalize_rewards: bool = False,
-        max_consecutive_nonfinite: int = 20,
-        sequence_length: int | None = None,
-        compile: str | bool = "auto",
-        compile_switch: int | str = COMPILE_SWITCH_STEP,
-        precision: str = "fp32",
-    ):
+    def __init__(self, config: APPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(
+            config,
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=gamma,
-            reward_scale=reward_scale,
-            normalize_rewards=normalize_rewards,
-            reward_clip=reward_clip,
         )
         self.set_optimizer(
-            adam(self.parameters, lr=lr, eps=1e-5),
-            max_grad_norm=max_grad_norm,
-            max_consecutive_nonfinite=max_consecutive_nonfinite,
-            precision=precision,
+            adam(self.parameters, lr=config.lr, eps=1e-5),
+            max_grad_norm=config.max_grad_norm,
+            max_consecutive_nonfinite=config.max_consecutive_nonfinite,
+            precision=config.precision,
         )
-        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.vtrace: dict[str, Any] = dict(
-            gamma=gamma,
-            vtrace_lambda=vtrace_lambda,
-            clip_rho_threshold=clip_rho_threshold,
-            clip_c_threshold=clip_c_threshold,
+            gamma=config.gamma,
+            vtrace_lambda=config.vtrace_lambda,
+            clip_rho_threshold=config.clip_rho_threshold,
+            clip_c_threshold=config.clip_c_threshold,
         )
-        self.clip, self.kl_coef = clip, kl_coef
-        self.value_coef, self.entropy_coef = value_coef, entropy_coef
-        self.minibatch_size, self.normalize_advantages = minibatch_size, normalize_advantages
-        self.reuse_per_batch, self.target_update_every = reuse_per_batch, target_update_every
+        self.clip, self.kl_coef = config.clip, config.kl_coef
+        self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
+        self.minibatch_size, self.normalize_advantages = config.minibatch_size, config.normalize_advantages
+        self.reuse_per_batch, self.target_update_every = config.reuse_per_batch, config.target_update_every
         self.compiled = compile_setting(
-            compile,
-            expected_gradient_steps=total_steps * reuse_per_batch // minibatch_size,
-            precision=precision,
+            config.compile,
+            expected_gradient_steps=total_steps * config.reuse_per_batch // config.minibatch_size,
+            precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
         )
-        self.sequence_length = sequence_length
+        self.sequence_length = config.sequence_length
         self.gradient_step = gradient_step(
-            self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled, switch=compile_switch
+            self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled, switch=config.compile_switch
         )
-        self.buffer: deque = deque(maxlen=buffer_batches)  # [prepared batch, uses left]
-        self.batches_per_update = batches_per_update
+        self.buffer: deque = deque(maxlen=config.buffer_batches)  # [prepared batch, uses left]
+        self.batches_per_update = config.batches_per_update
         self.gradient_steps = 0
         self.rng = np.random.default_rng([seed, 3])
 

@@ -15,26 +15,36 @@ run's episode statistics count the greedier half of the environments, and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from rlpar.algos.a3c import A3C
+from rlpar.algos.a2c import A2CConfig
+from rlpar.algos.a3c import A3C, A3CConfig
 from rlpar.learning.exploration import SpreadEpsilons
 from rlpar.learning.losses.nstep_q import NStepQLoss
+from rlpar.typed_config import integer, number, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncDQNConfig(A3CConfig):
+    """A3C's keys less the actor-critic objective's (its workers compute n-step Q-learning's),
+    with a target network and each actor's fixed exploration rate."""
+
+    target_update_every: int = integer(500, low=1)  # server updates between target-network copies
+    exploration_epsilon: float = number(0.4, low=0, high=1, low_open=True)
+    exploration_alpha: float = number(7.0, low=0)
+    advantage: str = override(A2CConfig, "advantage", "nstep", fixed=True)
+    gae_lambda: float = override(A2CConfig, "gae_lambda", 1.0, fixed=True)
+    value_coef: float = override(A2CConfig, "value_coef", 0.5, fixed=True)
+    entropy_coef: float = override(A2CConfig, "entropy_coef", 0.01, fixed=True)
+    normalize_advantages: bool = override(A2CConfig, "normalize_advantages", False, fixed=True)
 
 
 class AsyncDQN(A3C):
     model_kind = "q_network"
     action_spaces = ("Discrete",)
-    # The actor-critic objective's keys, and reward normalisation (workers see raw rewards). A plain
-    # assignment, read by rlpar.config.known_keys: mypy takes A3C's 1-tuple for its type.
-    KEYWORDS_NOT_FORWARDED = (  # type: ignore[assignment]
-        "normalize_rewards",
-        "advantage",
-        "gae_lambda",
-        "value_coef",
-        "entropy_coef",
-        "normalize_advantages",
-    )
+    Config = AsyncDQNConfig
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
@@ -45,21 +55,14 @@ class AsyncDQN(A3C):
             "precision": algo_config.get("precision", "fp32"),
         }
 
-    def __init__(
-        self,
-        *,
-        target_update_every: int = 500,
-        exploration_epsilon: float = 0.4,
-        exploration_alpha: float = 7.0,
-        **a3c_kwargs,
-    ):
-        """`a3c_kwargs`: A3C's (lr, optimizer, gamma, n_steps, max_grad_norm, ...)."""
-        self.target_update_every = target_update_every
+    def __init__(self, config: AsyncDQNConfig, **built):
+        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
+        self.target_update_every = config.target_update_every
         self.epsilons = SpreadEpsilons(
-            num_envs=a3c_kwargs["sampler"].num_envs, epsilon=exploration_epsilon, alpha=exploration_alpha
+            num_envs=built["sampler"].num_envs, epsilon=config.exploration_epsilon, alpha=config.exploration_alpha
         )
         self.all_returns_mean: float | None = None
-        super().__init__(**a3c_kwargs)
+        super().__init__(config, **built)
 
     def acting_options(self) -> dict:
         return {"epsilon": self.epsilons.values}

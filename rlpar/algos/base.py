@@ -19,12 +19,14 @@ from rlpar.learning.estimators.batch_tensors import explained_variance
 from rlpar.learning.estimators.reward_normalizer import RewardNormalizer
 from rlpar.learning.estimators.rewards import clip_rewards
 from rlpar.learning.estimators.sequences import step_tensors
+from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP
 from rlpar.learning.optimization.optim import load_optimizer_state, optimizer_state
 from rlpar.learning.optimization.step import GuardedStep, LearningRate
 from rlpar.learning.peers import ALONE, Alone
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 from rlpar.sampling.rollout import RolloutWorker
+from rlpar.typed_config import choice, flag, integer, number, text
 
 
 @dataclass
@@ -35,6 +37,71 @@ class StepResult:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)  # losses, timings, lag...: logged as they are
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmConfig:
+    """What every algorithm takes: the rewards its losses see (`learning_rewards`). An algorithm's
+    own config extends it, and the algorithm names it (`Config = PPOConfig`): the builder makes
+    one from the `algo` node, and rlpar.config.validate checks each field's type and range first."""
+
+    gamma: float = number(0.99, low=0, high=1)
+    reward_scale: float = number(1.0, low=0, low_open=True)
+    reward_clip: float | None = number(None, low=0, low_open=True, optional=True)
+    # auto (the config files' default): the builder turns it on for Box vector observations
+    normalize_rewards: bool | str = choice(False, ("auto", True, False))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LearnerConfig(AlgorithmConfig):
+    """What rlpar's algorithms share: the learning rate and its schedule, the guarded step, the
+    precision and the compiled step (conf/algo/shared/learner.yaml)."""
+
+    lr: float = number(3e-4, low=0, low_open=True)
+    anneal_lr: bool = flag(False)  # decay lr linearly to min_lr_fraction * lr over total_steps
+    min_lr_fraction: float = number(0.0, low=0, high=1)
+    max_grad_norm: float = number(0.5, low=0, low_open=True, infinite_ok=True)  # inf: no clipping (SAC, TD3)
+    max_consecutive_nonfinite: int = integer(20, low=1)
+    precision: str = text("fp32")  # one of the algorithm's `precisions`
+    compile: bool | str = choice("auto", ("auto", True, False))
+    compile_switch: int | str = integer(
+        COMPILE_SWITCH_STEP, low=0, also=("ready",), words="a gradient step (an integer >= 0) or ready"
+    )
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        """algo.precision: one the algorithm learns in (its `precisions`)."""
+        allowed, precision = config.algorithm.get("precisions"), config.get("algo.precision")
+        if allowed and isinstance(precision, str) and precision not in allowed:
+            return [
+                f"algo.precision: {precision!r} is not one of {', '.join(allowed)} "
+                f"(what {config.get('algo.name')} learns in)"
+            ]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActorCriticConfig(LearnerConfig):
+    """The weights of an actor-critic loss's value and entropy terms."""
+
+    value_coef: float = number(0.5, low=0)
+    entropy_coef: float = number(0.01, low=0)
+
+
+def minibatch_problems(config) -> list[str]:
+    """algo.minibatch_size within the batch (rollout_length x workers x envs_per_worker)."""
+    rollout, minibatch, workers, envs = (
+        config.get(k) for k in ("algo.rollout_length", "algo.minibatch_size", "workers", "envs_per_worker")
+    )
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (rollout, minibatch, workers, envs)):
+        return []  # refused by their own checks
+    batch = rollout * workers * envs
+    if minibatch <= batch:
+        return []
+    return [
+        f"algo.minibatch_size: {minibatch} is larger than the batch "
+        f"(algo.rollout_length {rollout} x workers {workers} x envs_per_worker {envs} = {batch})"
+    ]
 
 
 class Algorithm(ABC):
@@ -49,8 +116,8 @@ class Algorithm(ABC):
     # model's acting policy. An algorithm whose workers do more (compute gradients, keep replay)
     # names its own.
     worker_class: type = RolloutWorker
-    # What it needs and supports, read by validation from this source as literals (this module
-    # imports torch, which validation never does; rlpar.config.known_keys.class_attributes):
+    # What it needs and supports, as plain class attributes that validation reads from the class
+    # (rlpar.typed_config.capabilities); its keys are its `Config`'s:
     model_kind: str | None = None  # the model kind it must learn (a model spec class's `kind`); None: not checked
     # the Gymnasium action spaces it learns
     action_spaces: tuple[str, ...] = ("Discrete", "MultiDiscrete", "MultiBinary", "Box")
@@ -71,7 +138,7 @@ class Algorithm(ABC):
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
     needs_ray = False  # its actors or services are Ray actors: a sampler without Ray (uses_ray) refuses it
 
-    if TYPE_CHECKING:  # what subclasses set or define, used by the shared steps below (hidden from known_keys)
+    if TYPE_CHECKING:  # what subclasses set or define, used by the shared steps below (not capabilities)
         lr: LearningRate  # the learning rate and its schedule
         minibatch_size: int  # on-policy algorithms with minibatches
         gradient_step: Any  # an EagerStep or CompiledStep (rlpar.learning.optimization.compiled)
@@ -89,21 +156,20 @@ class Algorithm(ABC):
 
     def __init__(
         self,
+        config: AlgorithmConfig,
         *,
         sampler,
         policy_spec,
         total_steps: int,
         seed: int,
         device: str = "cpu",
-        gamma: float,
-        reward_scale: float = 1.0,
-        normalize_rewards: bool = False,
-        reward_clip: float | None = None,
         model=None,
     ):
-        """`model`: the module to learn, when it is not `policy_spec.build()` (a multi-agent
-        algorithm's set of its learners' policies)."""
+        """`config`: the algorithm's typed config (its `Config`, built from the `algo` node); the
+        other arguments are the builder's. `model`: the module to learn, when it is not
+        `policy_spec.build()` (a multi-agent algorithm's set of its learners' policies)."""
         torch.manual_seed(seed)
+        self.config = config
         self.sampler = sampler
         self.policy_spec = policy_spec
         self.total_steps = total_steps
@@ -112,9 +178,9 @@ class Algorithm(ABC):
         self.parameters = list(self.model.parameters())
         self.version = 0  # updates so far: the policy version that acting data carries
         self.steps_seen = 0
-        self.reward_scale = reward_scale
-        self.reward_clip = reward_clip
-        self.reward_normalizer = RewardNormalizer(gamma=gamma, enabled=normalize_rewards)
+        self.reward_scale = config.reward_scale
+        self.reward_clip = config.reward_clip
+        self.reward_normalizer = RewardNormalizer(gamma=config.gamma, enabled=config.normalize_rewards is True)
 
     @abstractmethod
     def training_step(self) -> StepResult: ...

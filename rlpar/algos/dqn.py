@@ -21,21 +21,39 @@ still count env steps: a sequence brings `sequence_length // 2` new ones.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rlpar.algos.replay_learner import ReplayLearner, as_tensor
+from rlpar.algos.replay_learner import ReplayLearner, ReplayLearnerConfig, as_tensor
 from rlpar.learning.losses.q_targets import q_targets, weighted_huber
 from rlpar.learning.losses.r2d2 import sequence_q_loss
-from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam, polyak
 from rlpar.learning.optimization.step import LearningRate, linear_schedule
 from rlpar.replay.sequences import SequenceWriter, sequence_fields
-from rlpar.replay.settings import ReplaySettings
+from rlpar.typed_config import flag, integer, number, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class DQNConfig(ReplayLearnerConfig):
+    """DQN's keys (conf/algo/dqn.yaml), besides a replay learner's."""
+
+    lr: float = override(ReplayLearnerConfig, "lr", 1e-4)
+    max_grad_norm: float = override(ReplayLearnerConfig, "max_grad_norm", 10.0)
+    target_update_every: int = integer(250, low=1)  # gradient steps between hard target copies (tau 1)
+    tau: float = number(1.0, low=0, high=1, low_open=True)  # < 1: Polyak averaging after every step instead
+    double_q: bool = flag(True)
+    epsilon_start: float = number(1.0, low=0, high=1)
+    epsilon_end: float = number(0.05, low=0, high=1)
+    exploration_steps: int = integer(10_000, low=0)  # env steps over which epsilon falls to epsilon_end
+    burn_in: int = integer(8, low=0)  # a recurrent Q-network's replayed sequences (else unused)
+    sequence_length: int = integer(16, low=1)
 
 
 class DQN(ReplayLearner):
+    Config = DQNConfig
     loss_names = ("loss_q", "td_error_mean", "q_mean")
     model_kind = "q_network"
     action_spaces = ("Discrete",)
@@ -43,82 +61,45 @@ class DQN(ReplayLearner):
     input_layout = "rows"  # each learner learns contiguous rows of every minibatch
     recurrent_policies = True
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 1e-4,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        gamma: float = 0.99,
-        n_step: int = 1,
-        batch_size: int = 64,
-        replay_ratio: float = 0.25,
-        learning_starts: int = 1000,
-        target_update_every: int = 250,
-        tau: float = 1.0,
-        double_q: bool = True,
-        epsilon_start: float = 1.0,
-        epsilon_end: float = 0.05,
-        exploration_steps: int = 10_000,
-        weight_sync_interval: int = 1,
-        max_grad_norm: float = 10.0,
-        replay: ReplaySettings | None = None,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        max_consecutive_nonfinite: int = 20,
-        compile: str | bool = "auto",
-        compile_switch: int | str = COMPILE_SWITCH_STEP,
-        precision: str = "fp32",
-        burn_in: int = 8,
-        sequence_length: int = 16,
-    ):
+    def __init__(self, config: DQNConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled);
         `burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
         self.recurrent = policy_spec.recurrent is not None
-        self.burn_in, self.sequence_length = burn_in, sequence_length
+        self.burn_in, self.sequence_length = config.burn_in, config.sequence_length
         super().__init__(
+            config,
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=gamma,
-            n_step=n_step,
-            batch_size=batch_size,
-            replay_ratio=replay_ratio,
-            learning_starts=learning_starts,
-            weight_sync_interval=weight_sync_interval,
-            replay=replay,
-            reward_scale=reward_scale,
-            reward_clip=reward_clip,
-            steps_per_item=sequence_length // 2 if self.recurrent else 1,
+            steps_per_item=config.sequence_length // 2 if self.recurrent else 1,
         )
         self.set_optimizer(
-            adam(self.parameters, lr=lr, eps=1e-5),
-            max_grad_norm=max_grad_norm,
-            max_consecutive_nonfinite=max_consecutive_nonfinite,
-            precision=precision,
+            adam(self.parameters, lr=config.lr, eps=1e-5),
+            max_grad_norm=config.max_grad_norm,
+            max_consecutive_nonfinite=config.max_consecutive_nonfinite,
+            precision=config.precision,
         )
-        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.target_update_every, self.tau, self.double_q = target_update_every, tau, double_q
-        self.epsilon_start, self.epsilon_end, self.exploration_steps = epsilon_start, epsilon_end, exploration_steps
+        self.target_update_every, self.tau, self.double_q = config.target_update_every, config.tau, config.double_q
+        self.epsilon_start, self.epsilon_end, self.exploration_steps = (
+            config.epsilon_start,
+            config.epsilon_end,
+            config.exploration_steps,
+        )
         self.compiled = compile_setting(
-            compile,
-            expected_gradient_steps=int(replay_ratio * total_steps),
-            precision=precision,
+            config.compile,
+            expected_gradient_steps=int(config.replay_ratio * total_steps),
+            precision=config.precision,
             recurrent=self.recurrent,
             images=policy_spec.has_images,
         )
         loss = self.sequence_loss if self.recurrent else self.minibatch_loss
         self.gradient_step = gradient_step(
-            loss, model=self.model, guard=self.step, compiled=self.compiled, switch=compile_switch
+            loss, model=self.model, guard=self.step, compiled=self.compiled, switch=config.compile_switch
         )
 
     def build_replay(self) -> None:

@@ -15,90 +15,76 @@ from the state stored at its start, with the resets at episode ends inside it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
 from rlpar.learning.estimators.vtrace import compute_vtrace
 from rlpar.learning.losses.ppo_loss import policy_gradient_loss, value_loss
-from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
 from rlpar.learning.optimization.step import LearningRate
+from rlpar.typed_config import integer, number, override
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "returns")  # returns: V-trace's targets vs
 
 
+@dataclass(frozen=True, kw_only=True)
+class IMPALAConfig(ActorCriticConfig):
+    """IMPALA's keys (conf/algo/impala.yaml): V-trace's, besides every learner's."""
+
+    lr: float = override(ActorCriticConfig, "lr", 5e-4)
+    max_grad_norm: float = override(ActorCriticConfig, "max_grad_norm", 40.0)
+    vtrace_lambda: float = number(1.0, low=0, high=1)
+    clip_rho_threshold: float = number(1.0, low=0, low_open=True, infinite_ok=True)  # inf: no truncation
+    clip_c_threshold: float = number(1.0, low=0, low_open=True, infinite_ok=True)
+    batches_per_update: int = integer(1, low=1)  # worker rollouts per gradient step
+
+
 class IMPALA(Algorithm):
+    Config = IMPALAConfig
     sync_mode = "non_blocking"
     max_policy_lag = None
     data_parallel = True
     recurrent_policies = True
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 5e-4,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        gamma: float = 0.99,
-        vtrace_lambda: float = 1.0,
-        clip_rho_threshold: float = 1.0,
-        clip_c_threshold: float = 1.0,
-        value_coef: float = 0.5,
-        entropy_coef: float = 0.01,
-        max_grad_norm: float = 40.0,
-        batches_per_update: int = 1,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        normalize_rewards: bool = False,
-        max_consecutive_nonfinite: int = 20,
-        compile: str | bool = "auto",
-        compile_switch: int | str = COMPILE_SWITCH_STEP,
-        precision: str = "fp32",
-    ):
+    def __init__(self, config: IMPALAConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
         valid steps of a batch vary) (rlpar.learning.optimization.compiled), used from gradient step
         `compile_switch` on (or `ready`: as soon as it is compiled)."""
         super().__init__(
+            config,
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=gamma,
-            reward_scale=reward_scale,
-            normalize_rewards=normalize_rewards,
-            reward_clip=reward_clip,
         )
         self.set_optimizer(
-            adam(self.parameters, lr=lr, eps=1e-5),
-            max_grad_norm=max_grad_norm,
-            max_consecutive_nonfinite=max_consecutive_nonfinite,
-            precision=precision,
+            adam(self.parameters, lr=config.lr, eps=1e-5),
+            max_grad_norm=config.max_grad_norm,
+            max_consecutive_nonfinite=config.max_consecutive_nonfinite,
+            precision=config.precision,
         )
-        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.vtrace: dict[str, Any] = dict(
-            gamma=gamma,
-            vtrace_lambda=vtrace_lambda,
-            clip_rho_threshold=clip_rho_threshold,
-            clip_c_threshold=clip_c_threshold,
+            gamma=config.gamma,
+            vtrace_lambda=config.vtrace_lambda,
+            clip_rho_threshold=config.clip_rho_threshold,
+            clip_c_threshold=config.clip_c_threshold,
         )
-        self.value_coef, self.entropy_coef = value_coef, entropy_coef
-        self.batches_per_update = batches_per_update
-        batch_steps = max(sampler.rollout_length * sampler.worker_envs * batches_per_update, 1)
+        self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
+        self.batches_per_update = config.batches_per_update
+        batch_steps = max(sampler.rollout_length * sampler.worker_envs * config.batches_per_update, 1)
         self.compiled = compile_setting(
-            compile,
+            config.compile,
             expected_gradient_steps=total_steps // batch_steps,
-            precision=precision,
+            precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
         )
@@ -108,7 +94,7 @@ class IMPALA(Algorithm):
             guard=self.step,
             compiled=self.compiled,
             dynamic=True,
-            switch=compile_switch,
+            switch=config.compile_switch,
         )
 
     def training_step(self) -> StepResult:

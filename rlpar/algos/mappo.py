@@ -20,13 +20,26 @@ return; every policy's agents' returns are logged beside it.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from rlpar.algos.base import Algorithm, StepResult
-from rlpar.algos.ppo import PPO
+from rlpar.algos.base import Algorithm, AlgorithmConfig, StepResult
+from rlpar.algos.ppo import PPO, PPOConfig
 from rlpar.learning.peers import BatchShape
 from rlpar.models.modules.policy_set import PolicySet
+from rlpar.typed_config import integer, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class IPPOConfig(PPOConfig):
+    """PPO's keys, which every policy's learner takes, with the minibatches counted rather than
+    sized: a policy's share of the batch depends on its agents (the update sets each learner's
+    minibatch size from it), and feed-forward policies only (no sequence pieces)."""
+
+    minibatches: int = integer(8, low=1)  # per epoch, each policy's batch cut into this many (num_mini_batch)
+    minibatch_size: int = override(PPOConfig, "minibatch_size", 64, fixed=True)
+    sequence_length: int | None = override(PPOConfig, "sequence_length", None, fixed=True)
 
 
 class IPPO(Algorithm):
@@ -39,30 +52,17 @@ class IPPO(Algorithm):
     )
     recurrent_policies = False
 
-    # PPO's keys (algo.lr, algo.clip, ...) apply to every policy's learner; validation reads them there
-    KEYWORDS_FORWARDED_TO = "rlpar.algos.ppo.PPO"
-    KEYWORDS_NOT_FORWARDED = ("minibatch_size", "sequence_length")
+    Config = IPPOConfig
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        minibatches: int = 8,
-        **ppo_options,
-    ):
-        """`ppo_options`: PPO's keyword arguments, for each policy's learner. `minibatches`: per
-        epoch, each policy's batch is cut into this many (MAPPO's num_mini_batch; a policy's
-        share of the batch depends on its agents, hence a count, not a size). `total_steps` are
+    def __init__(self, config: IPPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        """`config`: PPO's keys, for each policy's learner, and `minibatches`. `total_steps` are
         environment steps; a policy's learner counts its agents' steps (its learning rate
         anneals over its share)."""
         self.learners: dict[str, PPO] = {}
         for p, (name, spec) in enumerate(policy_spec.policies):
             agents = policy_spec.policy_of.count(p)
             self.learners[name] = PPO(  # a learner that never samples: told its batches' shape
+                config,
                 sampler=BatchShape(
                     rollout_length=sampler.rollout_length, num_envs=len(policy_spec.rows_of(p, sampler.num_envs))
                 ),
@@ -70,20 +70,19 @@ class IPPO(Algorithm):
                 total_steps=total_steps * agents,
                 seed=seed + p,
                 device=device,
-                **ppo_options,
             )
         policies = PolicySet({name: learner.model for name, learner in self.learners.items()})
-        super().__init__(
+        super().__init__(  # the learners see the rewards; the set itself keeps no statistics of them
+            AlgorithmConfig(gamma=config.gamma),
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=ppo_options.get("gamma", 0.99),
             model=policies,
         )
         self.optimizer = None  # each learner keeps its own
-        self.minibatches = minibatches
+        self.minibatches = config.minibatches
 
     def training_step(self) -> StepResult:
         full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"  # as PPO's

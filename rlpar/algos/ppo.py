@@ -9,10 +9,12 @@ whole pieces (rlpar.learning.estimators.sequences).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult, minibatch_problems
 from rlpar.learning.estimators.batch_tensors import advantage_inputs
 from rlpar.learning.estimators.gae import compute_gae
 from rlpar.learning.estimators.sequences import (
@@ -23,84 +25,71 @@ from rlpar.learning.estimators.sequences import (
     valid_steps,
 )
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
-from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
 from rlpar.learning.optimization.step import LearningRate
+from rlpar.typed_config import flag, integer, number
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "old_logp", "old_values", "advantages", "returns")
 
 
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig(ActorCriticConfig):
+    """PPO's keys (conf/algo/ppo.yaml), besides every learner's."""
+
+    gae_lambda: float = number(0.95, low=0, high=1)
+    clip: float = number(0.2, low=0, high=1, low_open=True, high_open=True)
+    epochs: int = integer(10, low=1)
+    minibatch_size: int = integer(64, low=1)
+    normalize_advantages: bool = flag(True)
+    value_clip: float | None = number(None, low=0, low_open=True, optional=True)
+    target_kl: float | None = number(None, low=0, low_open=True, optional=True)  # stop the epochs past this KL
+    sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        return super().config_problems(config) + minibatch_problems(config)
+
+
 class PPO(Algorithm):
+    Config = PPOConfig
     data_parallel = True
     input_layout = "columns+minibatches"  # each learner's columns and its rows of every minibatch
     recurrent_policies = True
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 3e-4,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        clip: float = 0.2,
-        value_coef: float = 0.5,
-        entropy_coef: float = 0.01,
-        max_grad_norm: float = 0.5,
-        epochs: int = 10,
-        minibatch_size: int = 64,
-        normalize_advantages: bool = True,
-        value_clip: float | None = None,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        target_kl: float | None = None,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        normalize_rewards: bool = False,
-        max_consecutive_nonfinite: int = 20,
-        sequence_length: int | None = None,
-        compile: str | bool = "auto",
-        compile_switch: int | str = COMPILE_SWITCH_STEP,
-        precision: str = "fp32",
-    ):
+    def __init__(self, config: PPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
         super().__init__(
+            config,
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=gamma,
-            reward_scale=reward_scale,
-            normalize_rewards=normalize_rewards,
-            reward_clip=reward_clip,
         )
         self.set_optimizer(
-            adam(self.parameters, lr=lr, eps=1e-5),
-            max_grad_norm=max_grad_norm,
-            max_consecutive_nonfinite=max_consecutive_nonfinite,
-            precision=precision,
+            adam(self.parameters, lr=config.lr, eps=1e-5),
+            max_grad_norm=config.max_grad_norm,
+            max_consecutive_nonfinite=config.max_consecutive_nonfinite,
+            precision=config.precision,
         )
-        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
-        self.gamma, self.gae_lambda = gamma, gae_lambda
-        self.clip, self.value_clip = clip, value_clip
-        self.value_coef, self.entropy_coef = value_coef, entropy_coef
-        self.epochs, self.minibatch_size = epochs, minibatch_size
-        self.normalize_advantages = normalize_advantages
-        self.target_kl = target_kl
-        self.sequence_length = sequence_length
+        self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
+        self.gamma, self.gae_lambda = config.gamma, config.gae_lambda
+        self.clip, self.value_clip = config.clip, config.value_clip
+        self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
+        self.epochs, self.minibatch_size = config.epochs, config.minibatch_size
+        self.normalize_advantages = config.normalize_advantages
+        self.target_kl = config.target_kl
+        self.sequence_length = config.sequence_length
         self.value_norm = getattr(self.model, "value_normalizer", None) is not None
         self.rng = np.random.default_rng([seed, 2])
         self.compiled = compile_setting(
-            compile,
-            expected_gradient_steps=total_steps * epochs // minibatch_size,
-            precision=precision,
+            config.compile,
+            expected_gradient_steps=total_steps * config.epochs // config.minibatch_size,
+            precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
         )
@@ -108,7 +97,7 @@ class PPO(Algorithm):
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
         batch_steps = sampler.rollout_length * sampler.num_envs
-        whole_batch = batch_steps <= minibatch_size
+        whole_batch = batch_steps <= config.minibatch_size
         self.gradient_step = gradient_step(
             self.minibatch_loss,
             model=self.model,
@@ -116,7 +105,7 @@ class PPO(Algorithm):
             compiled=self.compiled,
             dynamic=whole_batch,
             unroll=1 if whole_batch else 4,
-            switch=compile_switch,
+            switch=config.compile_switch,
         )
 
     def training_step(self) -> StepResult:

@@ -11,16 +11,33 @@ errors| and the diagnostics it names in `loss_names`) and may replace the replay
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rlpar.algos.base import Algorithm, StepResult
+from rlpar.algos.base import Algorithm, LearnerConfig, StepResult
 from rlpar.replay.frames import replay_storage
 from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
 from rlpar.replay.settings import ReplaySettings
 from rlpar.replay.shard import transition_fields
+from rlpar.typed_config import integer, number, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayLearnerConfig(LearnerConfig):
+    """What a learner with its own replay takes (DQN, SAC, TD3 and their Ape-X forms), besides
+    every learner's; `replay` is the `algo.replay` node (its own typed config)."""
+
+    n_step: int = integer(1, low=1)  # n-step returns written to the replay
+    batch_size: int = integer(64, low=1)
+    replay_ratio: float = number(0.25, low=0, low_open=True)  # gradient steps per env step
+    learning_starts: int = integer(1000, low=0)  # env steps in the replay before the first gradient step
+    weight_sync_interval: int = integer(1, low=1)  # updates between weight pushes to the workers
+    replay: ReplaySettings | None = None
+    # replay keeps raw rewards; whitening them by a running return is not offered
+    normalize_rewards: bool | str = override(LearnerConfig, "normalize_rewards", False, fixed=True)
 
 
 class ReplayLearner(Algorithm):
@@ -28,40 +45,35 @@ class ReplayLearner(Algorithm):
 
     def __init__(
         self,
+        config: ReplayLearnerConfig,
         *,
         sampler,
         policy_spec,
         total_steps: int,
         seed: int,
-        device: str,
-        gamma: float,
-        n_step: int,
-        batch_size: int,
-        replay_ratio: float,
-        learning_starts: int,
-        weight_sync_interval: int,
-        replay: ReplaySettings | None,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
+        device: str = "cpu",
         steps_per_item: int = 1,
     ):
         """`steps_per_item`: env steps each replayed item brings (a transition 1, a recurrent
         Q-network's sequence its period); `capacity` and `learning_starts` count env steps."""
         super().__init__(
+            config,
             sampler=sampler,
             policy_spec=policy_spec,
             total_steps=total_steps,
             seed=seed,
             device=device,
-            gamma=gamma,
-            reward_scale=reward_scale,
-            reward_clip=reward_clip,
         )
-        self.gamma, self.n_step, self.batch_size, self.replay_ratio = gamma, n_step, batch_size, replay_ratio
-        self.learning_starts, self.weight_sync_interval = learning_starts, weight_sync_interval
-        self.replay_settings = replay or ReplaySettings()
+        self.gamma, self.n_step, self.batch_size, self.replay_ratio = (
+            config.gamma,
+            config.n_step,
+            config.batch_size,
+            config.replay_ratio,
+        )
+        self.learning_starts, self.weight_sync_interval = config.learning_starts, config.weight_sync_interval
+        self.replay_settings = config.replay or ReplaySettings()
         # beta reaches beta_end when the run ends: one sample() call per gradient step
-        self.beta_steps = max(int(replay_ratio * max(total_steps - learning_starts, 1)), 1)
+        self.beta_steps = max(int(config.replay_ratio * max(total_steps - config.learning_starts, 1)), 1)
         self.seed, self.steps_per_item = seed, steps_per_item
         # only where batches are sampled: a learner that learns rows drawn elsewhere keeps no replay
         self.sampler.when_sampling(self.build_replay)

@@ -21,110 +21,92 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from rlpar.algos.replay_learner import ReplayLearner, as_tensor
-from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP, compile_setting, gradient_step
+from rlpar.algos.replay_learner import ReplayLearner, ReplayLearnerConfig, as_tensor
+from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam, load_optimizer_state, optimizer_state, polyak
 from rlpar.learning.optimization.step import GuardedStep, LearningRate
-from rlpar.replay.settings import ReplaySettings
+from rlpar.typed_config import integer, number, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class SACConfig(ReplayLearnerConfig):
+    """SAC's keys (conf/algo/sac.yaml), besides a replay learner's."""
+
+    batch_size: int = override(ReplayLearnerConfig, "batch_size", 256)
+    replay_ratio: float = override(ReplayLearnerConfig, "replay_ratio", 1.0)
+    learning_starts: int = override(ReplayLearnerConfig, "learning_starts", 5000)
+    max_grad_norm: float = override(ReplayLearnerConfig, "max_grad_norm", float("inf"))  # no clipping
+    tau: float = number(0.005, low=0, high=1, low_open=True)  # Polyak averaging of the targets
+    policy_delay: int = integer(1, low=1)  # critic steps per actor step
+    alpha: float | str = number("auto", low=0, low_open=True, also=("auto",))  # auto: learned from initial_alpha
+    initial_alpha: float = number(1.0, low=0, low_open=True)
+    target_entropy: float | str = number("auto", also=("auto",))  # auto: -(action dimensions)
 
 
 class SAC(ReplayLearner):
+    Config = SACConfig
     model_kind = "actor_q"
     action_spaces = ("Box",)
     gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)
     loss_names: tuple[str, ...] = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
     precisions = ("fp32", "bf16")
 
-    def __init__(
-        self,
-        *,
-        sampler,
-        policy_spec,
-        total_steps: int,
-        seed: int,
-        device: str = "cpu",
-        lr: float = 3e-4,
-        anneal_lr: bool = False,
-        min_lr_fraction: float = 0.0,
-        gamma: float = 0.99,
-        n_step: int = 1,
-        batch_size: int = 256,
-        replay_ratio: float = 1.0,
-        learning_starts: int = 5000,
-        tau: float = 0.005,
-        policy_delay: int = 1,
-        alpha: float | str = "auto",
-        initial_alpha: float = 1.0,
-        target_entropy: float | str = "auto",
-        weight_sync_interval: int = 1,
-        max_grad_norm: float = float("inf"),
-        replay: ReplaySettings | None = None,
-        reward_scale: float = 1.0,
-        reward_clip: float | None = None,
-        max_consecutive_nonfinite: int = 20,
-        compile: str | bool = "auto",
-        compile_switch: int | str = COMPILE_SWITCH_STEP,
-        precision: str = "fp32",
-    ):
+    def __init__(self, config: SACConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`alpha`: the entropy coefficient α, auto (learned, from `initial_alpha`) or fixed;
         `max_grad_norm`: .inf, no clipping (as the reference implementations). `compile_switch`:
         each step's gradient step from which its compiled graph is used (rlpar.learning.optimization.compiled)."""
         super().__init__(
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            gamma=gamma,
-            n_step=n_step,
-            batch_size=batch_size,
-            replay_ratio=replay_ratio,
-            learning_starts=learning_starts,
-            weight_sync_interval=weight_sync_interval,
-            replay=replay,
-            reward_scale=reward_scale,
-            reward_clip=reward_clip,
+            config, sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
         )
-        self.tau, self.policy_delay = tau, policy_delay
-        self.learn_alpha = alpha == "auto"
+        self.tau, self.policy_delay = config.tau, config.policy_delay
+        self.learn_alpha = config.alpha == "auto"
         if self.model.temperature is not None:
             with torch.no_grad():
-                self.model.temperature.log_alpha.fill_(math.log(initial_alpha if self.learn_alpha else float(alpha)))
-        self.target_entropy = -float(policy_spec.action.size) if target_entropy == "auto" else float(target_entropy)
+                self.model.temperature.log_alpha.fill_(
+                    math.log(config.initial_alpha if self.learn_alpha else float(config.alpha))
+                )
+        self.target_entropy = (
+            -float(policy_spec.action.size) if config.target_entropy == "auto" else float(config.target_entropy)
+        )
         self.target_critic = copy.deepcopy(self.model.critic).requires_grad_(False)
         self.actor_side = nn.ModuleDict(
             {"actor": self.model.actor, **({"temperature": self.model.temperature} if self.learn_alpha else {})}
         )
         guard: dict[str, Any] = dict(
-            max_grad_norm=max_grad_norm,
-            max_consecutive_nonfinite=max_consecutive_nonfinite,
-            precision=precision,
+            max_grad_norm=config.max_grad_norm,
+            max_consecutive_nonfinite=config.max_consecutive_nonfinite,
+            precision=config.precision,
             device_type=self.device.type,
         )
         critic_params = list(self.model.critic.parameters())
-        self.optimizer = adam(critic_params, lr=lr)
+        self.optimizer = adam(critic_params, lr=config.lr)
         self.step = GuardedStep(parameters=critic_params, optimizer=self.optimizer, **guard)
         actor_params: list[torch.Tensor] = list(self.actor_side.parameters())
-        self.actor_optimizer = adam(actor_params, lr=lr)
+        self.actor_optimizer = adam(actor_params, lr=config.lr)
         self.actor_guard = GuardedStep(parameters=actor_params, optimizer=self.actor_optimizer, **guard)
-        self.lr = LearningRate(lr, anneal_lr, min_lr_fraction)
+        self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.compiled = compile_setting(
-            compile, expected_gradient_steps=int(replay_ratio * total_steps), precision=precision
+            config.compile, expected_gradient_steps=int(config.replay_ratio * total_steps), precision=config.precision
         )
         self.critic_step = gradient_step(
-            self.critic_loss, model=self.model.critic, guard=self.step, compiled=self.compiled, switch=compile_switch
+            self.critic_loss,
+            model=self.model.critic,
+            guard=self.step,
+            compiled=self.compiled,
+            switch=config.compile_switch,
         )
         self.actor_step = gradient_step(
             self.actor_loss,
             model=self.actor_side,
             guard=self.actor_guard,
             compiled=self.compiled,
-            switch=compile_switch,
+            switch=config.compile_switch,
         )
         self.last_actor_stats = torch.zeros(3)  # the latest actor step's (loss, α, entropy), for delayed steps
 

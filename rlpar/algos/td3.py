@@ -15,35 +15,42 @@ n-step transitions into the learner's replay -> `replay_ratio` gradient steps pe
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 
-from rlpar.algos.sac import SAC
+from rlpar.algos.sac import SAC, SACConfig
 from rlpar.learning.optimization.optim import polyak
+from rlpar.typed_config import number, override
+
+
+@dataclass(frozen=True, kw_only=True)
+class TD3Config(SACConfig):
+    """TD3's keys (conf/algo/td3.yaml): SAC's, with exploration and target-smoothing noise in place
+    of the entropy terms (which it fixes: no entropy term)."""
+
+    policy_delay: int = override(SACConfig, "policy_delay", 2)
+    exploration_noise: float = number(0.1, low=0)  # the acting Gaussian's standard deviation
+    target_noise: float = number(0.2, low=0)  # target policy smoothing's
+    target_noise_clip: float = number(0.5, low=0)
+    alpha: float | str = override(SACConfig, "alpha", 0.0, fixed=True)
+    initial_alpha: float = override(SACConfig, "initial_alpha", 1.0, fixed=True)
+    target_entropy: float | str = override(SACConfig, "target_entropy", "auto", fixed=True)
 
 
 class TD3(SAC):
     gaussian_actor = False
     loss_names = ("loss_q", "td_error_mean", "q_mean", "loss_actor")
-    # TD3 has no entropy term
-    KEYWORDS_NOT_FORWARDED = ("alpha", "initial_alpha", "target_entropy")
+    Config = TD3Config
 
-    def __init__(
-        self,
-        *,
-        exploration_noise: float = 0.1,
-        target_noise: float = 0.2,
-        target_noise_clip: float = 0.5,
-        policy_delay: int = 2,
-        **sac_kwargs,
-    ):
-        """`sac_kwargs`: SAC's (lr, gamma, batch_size, replay_ratio, learning_starts, tau, replay, ...)."""
+    def __init__(self, config: TD3Config, **built):
+        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
         self.exploration_noise, self.target_noise, self.target_noise_clip = (
-            exploration_noise,
-            target_noise,
-            target_noise_clip,
+            config.exploration_noise,
+            config.target_noise,
+            config.target_noise_clip,
         )
-        super().__init__(policy_delay=policy_delay, alpha=0.0, **sac_kwargs)
+        super().__init__(config, **built)
         self.target_actor = copy.deepcopy(self.model.actor).requires_grad_(False)
         self.last_actor_stats = torch.zeros(1)
 

@@ -1,23 +1,24 @@
 """Which keys each part of the config takes, so that a typo is refused instead of ignored.
 
-A node with `_target_` takes its class's keyword arguments, read from the class's source (so
-validation never imports torch, 2 s here); a `**kwargs` there is forwarded to the base class, or
-to the class named by `KEYWORDS_FORWARDED_TO`.
+A node with `_target_` takes what the class it names declares: its typed config's fields
+(rlpar.typed_config), or, for a class without one (a user's algorithm), its `__init__`'s
+keywords. The class is imported to be asked (an algorithm's module imports torch, about a second).
 The other nodes take what rlpar's own config files give them.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
+import importlib
 import importlib.util
 from dataclasses import fields
 from functools import cache
-from pathlib import Path
 
 import yaml
 
 from rlpar.config.conf_dir import CONF_DIR
+from rlpar.errors import first_line
+from rlpar.typed_config import accepted_keys, capabilities
 
 # Arguments rlpar's builder passes itself: set in a config, they would clash with it.
 SUPPLIED_BY_BUILD = {
@@ -41,113 +42,28 @@ ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length")
 FREE_FORM = {"env.kwargs", "logger.wandb", "hydra"}  # passed through to code rlpar does not own
 
 
-def _class_source(target: str) -> tuple[ast.Module, ast.ClassDef, str]:
-    """The parsed module of class `target` ("package.module.Class") and the class's node."""
+@cache
+def imported_class(target: str) -> type:
+    """The class `target` ("package.module.Class") names; ImportError, in one line, where it
+    cannot be imported."""
     module_name, _, class_name = target.rpartition(".")
-    spec = importlib.util.find_spec(module_name)
-    if spec is None or not spec.origin:
+    try:
+        spec = importlib.util.find_spec(module_name) if module_name else None
+    except (ImportError, ValueError):  # a parent package that is not there
+        spec = None
+    if spec is None:
         raise ImportError(
             f"cannot find module '{module_name}' (searched: installed packages, PYTHONPATH, and the "
             f"directory main.py or `rlpar train` was started in)"
         )
-    tree = ast.parse(Path(spec.origin).read_text())
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
-    if cls is None:
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any failure of a user's module is reported as its own line
+        raise ImportError(f"cannot import module '{module_name}': {type(err).__name__}: {first_line(err)}") from err
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
         raise ImportError(f"module '{module_name}' has no class '{class_name}'")
-    return tree, cls, module_name
-
-
-def _base_targets(tree: ast.Module, cls: ast.ClassDef, module_name: str) -> list[str]:
-    """The base classes of `cls` as "package.module.Class", in order, without object and ABC."""
-    targets = []
-    for base in (b.id for b in cls.bases if isinstance(b, ast.Name)):
-        if base in ("object", "ABC", "Protocol"):
-            continue
-        imported = (
-            f"{node.module}.{base}"
-            for node in tree.body
-            if isinstance(node, ast.ImportFrom) and any(a.name == base and a.asname is None for a in node.names)
-        )
-        targets.append(next(imported, f"{module_name}.{base}"))
-    return targets
-
-
-@cache
-def keyword_parameters(target: str) -> frozenset[str]:
-    """The keyword arguments class `target` ("package.module.Class") accepts."""
-    tree, cls, module_name = _class_source(target)
-    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    if init is None and any(_is_dataclass_decorator(d) for d in cls.decorator_list):
-        return frozenset(
-            n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-        )
-    names = set() if init is None else {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
-    if init is None or init.args.kwarg is not None:
-        forwarded = _forwarded_to(cls)
-        for base in [forwarded] if forwarded else _base_targets(tree, cls, module_name):
-            names |= set(keyword_parameters(base)) - _not_forwarded(cls)
-    return frozenset(names)
-
-
-@cache
-def class_attributes(target: str) -> dict:
-    """What class `target` declares as literal class attributes (`model_kind = "q_network"`), its
-    bases' first (an earlier base's over a later one's, as Python's lookup): a component's
-    capabilities, read without importing its module (torch)."""
-    tree, cls, module_name = _class_source(target)
-    attributes = {}
-    for base in reversed(_base_targets(tree, cls, module_name)):
-        attributes.update(class_attributes(base))
-    for node in cls.body:
-        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        for name in (t.id for t in targets if isinstance(t, ast.Name)):
-            try:
-                attributes[name] = ast.literal_eval(value) if value is not None else None
-            except ValueError:  # not a literal (a class, a call): not a capability
-                attributes.pop(name, None)
-    return attributes
-
-
-@cache
-def defines_method(target: str, name: str) -> bool:
-    """Whether class `target` or one of its bases defines method `name` (read from the source)."""
-    tree, cls, module_name = _class_source(target)
-    if any(isinstance(n, ast.FunctionDef) and n.name == name for n in cls.body):
-        return True
-    return any(defines_method(base, name) for base in _base_targets(tree, cls, module_name))
-
-
-def _forwarded_to(cls: ast.ClassDef) -> str | None:
-    """The class a `**kwargs` goes to when it is not the base class (`KEYWORDS_FORWARDED_TO =
-    "package.module.Class"`: a multi-agent algorithm's per-policy learners)."""
-    for node in cls.body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(getattr(t, "id", None) == "KEYWORDS_FORWARDED_TO" for t in node.targets)
-            and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)
-        ):
-            return node.value.value
-    return None
-
-
-def _not_forwarded(cls: ast.ClassDef) -> set[str]:
-    """Base-class keywords a subclass sets itself (`KEYWORDS_NOT_FORWARDED = (...)`), so the
-    config may not give them."""
-    for node in cls.body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(getattr(t, "id", None) == "KEYWORDS_NOT_FORWARDED" for t in node.targets)
-            and isinstance(node.value, ast.Tuple)
-        ):
-            return {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-    return set()
-
-
-def _is_dataclass_decorator(node: ast.expr) -> bool:
-    target = node.func if isinstance(node, ast.Call) else node
-    return getattr(target, "id", getattr(target, "attr", None)) == "dataclass"
+    return cls
 
 
 @cache
@@ -157,7 +73,7 @@ def algorithm_options() -> dict[str, dict]:
     for path in sorted((CONF_DIR / "algo").glob("*.yaml")):
         target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
         if isinstance(target, str):
-            options[path.stem] = class_attributes(target)
+            options[path.stem] = capabilities(imported_class(target))
     return options
 
 
@@ -198,7 +114,8 @@ def allowed_keys(path: str, node: dict) -> tuple[frozenset[str], str] | None:
     if not isinstance(target, str):
         return None
     extra = set(ALGO_KEYS_NOT_FOR_LEARNER) if path == "algo" else set()
-    return frozenset((keyword_parameters(target) - SUPPLIED_BY_BUILD.get(path, set())) | extra | {"_target_"}), target
+    taken = accepted_keys(imported_class(target)) - SUPPLIED_BY_BUILD.get(path, set())
+    return frozenset(taken | extra | {"_target_"}), target
 
 
 def unknown_key_problems(config: dict, path: str = "") -> list[str]:

@@ -1,24 +1,22 @@
 """Validate the whole composed config up front and report every problem in one message.
 
-Orchestration only: each component named by a `_target_` (sampler, model, replay, search,
-checkpointer) states its own rules in a `config_problems` classmethod, found through its
-`_target_`; an algorithm, whose module imports torch, states what it needs as literal class
-attributes read from its source (`known_keys.class_attributes`), and its own rules only if it
-defines `config_problems` (then it is imported). Nothing here names a component class.
+Orchestration only: the class each `_target_` names (algorithm, sampler, model, replay, search,
+checkpointer) is imported and asked. Its typed config (rlpar.typed_config) gives each key's type
+and range, its class attributes what it supports, and its `config_problems` classmethod (on the
+class or its config) its own rules. Nothing here names a component class or its keys.
 """
 
 from __future__ import annotations
 
-import math
 from functools import cached_property, partial
 from pathlib import Path
 from typing import cast
 
-from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlpar.errors import first_line, positive_integers, shown
+from rlpar.typed_config import Check, accepted_keys, capabilities, checks, config_class
 
 # Seeds reach numpy, torch, Gymnasium and simulators, some of which take 32-bit signed seeds;
 # environment i of worker replacement g is seeded seed + i + 1,000,003 g.
@@ -71,34 +69,21 @@ class ConfigView:
         optional=False,
         infinite_ok=False,
     ):
-        """The value where it is a number in range, with a problem recorded otherwise. NaN is never
-        a number here (every comparison with it is false, so no range would catch it); infinity only
-        with `infinite_ok`."""
+        """The value where it is a number (out of range or not), with a problem recorded where it
+        is not one or out of range. NaN is never a number here (every comparison with it is false,
+        so no range would catch it); infinity only with `infinite_ok`."""
+        check = Check("integer" if integer else "number", low, high, low_open, high_open, optional, infinite_ok)
+        return self.checked(key, check) if check.kind else None
+
+    def checked(self, key: str, check: Check):
+        """The value where it is of the kind `check` takes (rlpar.typed_config), with its
+        problem recorded; None where it is not, or cannot be resolved."""
         value = self.get(key)
         if key in self.unresolved:
             return None
-        if value is None:
-            if not optional:
-                self.problems.append(f"{key}: missing (expected a number)")
-            return None
-        kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            self.problems.append(f"{key}: expected {'an integer' if integer else 'a number'}, got {shown(value)}")
-            return None
-        if math.isnan(value):
-            self.problems.append(
-                f"{key}: nan is not a number (expected {_number_in_words(low, high, low_open, high_open)})"
-            )
-            return None
-        if math.isinf(value) and not infinite_ok:
-            expected = _number_in_words(low, high, low_open, high_open, finite=True)
-            self.problems.append(f"{key}: {shown(value)} is not finite (expected {expected})")
-            return None
-        if low is not None and (value <= low if low_open else value < low):
-            self.problems.append(f"{key}: {shown(value)} is out of range (must be {'>' if low_open else '>='} {low})")
-        elif high is not None and (value >= high if high_open else value > high):
-            self.problems.append(f"{key}: {shown(value)} is out of range (must be {'<' if high_open else '<='} {high})")
-        return value
+        if problem := check.problem(value):
+            self.problems.append(f"{key}: {problem}")
+        return value if value is not None and check.usable(value) else None
 
     def choice(self, key: str, options) -> None:
         value = self.get(key)
@@ -108,12 +93,14 @@ class ConfigView:
     def component(self, key: str):
         """The class `key` (a node's `_target_`) names, or None where it cannot be imported
         (reported by the check of unknown keys)."""
+        from rlpar.config.known_keys import imported_class
+
         target = self.get(key)
         if not isinstance(target, str):
             return None
         try:
-            return get_class(target)
-        except Exception:  # noqa: BLE001 - any failure of a user's module is the same "cannot import"
+            return imported_class(target)
+        except ImportError:
             return None
 
     @cached_property
@@ -122,15 +109,10 @@ class ConfigView:
 
     @cached_property
     def algorithm(self) -> dict:
-        """What algo._target_ declares (`model_kind`, `central_inference`, ...), read from its
-        source; {} where it cannot be read."""
-        from rlpar.config.known_keys import class_attributes
-
-        target = self.get("algo._target_")
-        try:
-            return class_attributes(target) if isinstance(target, str) else {}
-        except (ImportError, SyntaxError, ValueError):
-            return {}
+        """What algo._target_ declares as class attributes (`model_kind`, `central_inference`, ...);
+        {} where it cannot be imported (reported by the check of unknown keys)."""
+        algorithm = self.component("algo._target_")
+        return capabilities(algorithm) if algorithm is not None else {}
 
     def algorithms_with(self, capability: str, value) -> str:
         """The algo group's options whose algorithm declares `capability` = `value` (or a tuple
@@ -163,15 +145,6 @@ class ConfigView:
             self.problems.extend(rules(self, *args) or [])
 
 
-def _number_in_words(low, high, low_open: bool, high_open: bool, *, finite: bool = False) -> str:
-    """'a number > 0 and <= 1': what a range check accepts."""
-    bounds = [
-        f"{'>' if low_open else '>='} {low}" if low is not None else "",
-        f"{'<' if high_open else '<='} {high}" if high is not None else "",
-    ]
-    return " ".join(filter(None, ["a finite number" if finite else "a number", " and ".join(filter(None, bounds))]))
-
-
 def validate_config(cfg: DictConfig, *, check_env: bool = True):
     """Raise ConfigError listing every problem; when the config is usable, return the environment
     probe (rlpar.envs.probe.EnvProbe, for the build to reuse) or None without `check_env`.
@@ -197,12 +170,12 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
         )
     _check_learners(c, workers, envs_per_worker)
     _check_machine_limits(c, workers)
-    _check_algo(c, workers, envs_per_worker)
-    c.ask(c.component("model._target_"))
+    _check_algo(c)
+    _check_component(c, "model")
     probe = _check_env(c, check_env)
-    c.ask(c.sampler)
+    _check_component(c, "parallel")
     if c.get("search"):
-        c.ask(c.component("search._target_"))
+        _check_component(c, "search")
     c.number("ray.cpus_per_worker", low=0, low_open=True)
     c.number("ray.cpus_per_learner", low=0, low_open=True)
     c.number("ray.object_store_mb", integer=True, low=80)
@@ -258,122 +231,39 @@ def _check_learners(c: ConfigView, workers, envs_per_worker) -> None:
         )
 
 
-def _check_algo(c: ConfigView, workers, envs_per_worker) -> None:
-    """The algorithm's hyper-parameters (each checked where the algorithm takes it), its replay
-    (a component of its own), and its own rules where it states any."""
-    takes = _learner_keys(c)
-
-    def number(name, **limits):  # checked where the algorithm takes it (an unreadable _target_ is named once)
-        return c.number(f"algo.{name}", **limits) if takes is not None and name in takes else None
-
-    number("lr", low=0, low_open=True)
-    number("gamma", low=0, high=1)
-    number("gae_lambda", low=0, high=1)
-    number("clip", low=0, high=1, low_open=True, high_open=True)
-    number("value_coef", low=0)
-    number("entropy_coef", low=0)
-    number("max_grad_norm", low=0, low_open=True, infinite_ok=True)  # inf: no clipping (SAC, TD3)
-    number("epochs", integer=True, low=1)
-    number("reward_scale", low=0, low_open=True)
-    number("reward_clip", low=0, low_open=True, optional=True)
-    number("max_consecutive_nonfinite", integer=True, low=1, optional=True)
-    number("target_kl", low=0, low_open=True, optional=True)
-    number("value_clip", low=0, low_open=True, optional=True)
-    number("n_steps", integer=True, low=1, optional=True)
-    number("rmsprop_alpha", low=0, high=1, high_open=True)
-    number("sequence_length", integer=True, low=1, optional=True)  # a recurrent policy's learning pieces
-    number("burn_in", integer=True, low=0)
-    for name in (
-        "n_step",
-        "batch_size",
-        "target_update_every",
-        "weight_sync_interval",
-        "server_sync_interval",
-        "minibatches",
-    ):
-        number(name, integer=True, low=1)
-    for name in ("learning_starts", "exploration_steps"):
-        number(name, integer=True, low=0)
-    number("replay_ratio", low=0, low_open=True)
-    number("exploration_epsilon", low=0, high=1, low_open=True)
-    number("exploration_alpha", low=0)
-    number("tau", low=0, high=1, low_open=True)
-    number("policy_delay", integer=True, low=1)
-    for name in ("exploration_noise", "target_noise", "target_noise_clip"):
-        number(name, low=0)
-    for name, limits in (("alpha", {"low": 0, "low_open": True}), ("target_entropy", {})):  # SAC: auto or a number
-        if c.get(f"algo.{name}") != "auto":
-            number(name, **limits)
-    number("initial_alpha", low=0, low_open=True)
-    low, high = number("noise_scale_low", low=0, low_open=True), number("noise_scale_high", low=0, low_open=True)
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
-        c.problems.append(f"algo.noise_scale_low: {low} is above algo.noise_scale_high ({high})")
-    for name in ("epsilon_start", "epsilon_end"):
-        number(name, low=0, high=1)
-    if takes is not None and "replay" in takes:
-        c.ask(c.component("algo.replay._target_"))
-    number("optimizer_eps", low=0, low_open=True)
-    for name, options in (
-        ("advantage", ("nstep", "gae")),
-        ("optimizer", ("rmsprop", "adam")),
-        ("normalize_rewards", ("auto", True, False)),
-    ):
-        if takes is not None and name in takes:
-            c.choice(f"algo.{name}", options)
-    if c.get("algo.compile") is not None:  # the minibatch learners and A2C
-        c.choice("algo.compile", ("auto", True, False))
-    switch = c.get("algo.compile_switch")
-    if (
-        switch is not None
-        and switch != "ready"
-        and (isinstance(switch, bool) or not isinstance(switch, int) or switch < 0)
-    ):
-        c.problems.append(
-            f"algo.compile_switch: expected a gradient step (an integer >= 0) or ready, got {shown(switch)}"
-        )
-    if takes is not None and "precision" in takes:
-        _check_precision(c)
-    rollout = c.number("algo.rollout_length", integer=True, low=1)
-    minibatch = number("minibatch_size", integer=True, low=1)
-    if None not in (rollout, minibatch, workers, envs_per_worker) and min(rollout, workers, envs_per_worker) >= 1:
-        batch = rollout * workers * envs_per_worker
-        if minibatch > batch:
-            c.problems.append(
-                f"algo.minibatch_size: {minibatch} is larger than the batch "
-                f"(algo.rollout_length {rollout} x workers {workers} x envs_per_worker {envs_per_worker} = {batch})"
-            )
-    if _defines_own_rules(c.get("algo._target_")):  # a user's algorithm: imported to be asked
-        c.ask(c.component("algo._target_"))
+def _check_algo(c: ConfigView) -> None:
+    """The algorithm's keys as its typed config declares them, its own rules, and its replay (a
+    component of its own); `rollout_length` is the sampler's."""
+    c.number("algo.rollout_length", integer=True, low=1)
+    _check_component(c, "algo")
+    if "replay" in _algo_keys(c):
+        _check_component(c, "algo.replay")
 
 
-def _check_precision(c: ConfigView) -> None:
-    """algo.precision: one of those the algorithm declares it learns in (`precisions`)."""
-    allowed, precision = c.algorithm.get("precisions"), c.get("algo.precision")
-    if allowed and "algo.precision" not in c.unresolved and precision not in allowed:
-        c.problems.append(
-            f"algo.precision: {shown(precision)} is not one of {', '.join(allowed)} "
-            f"(what {c.get('algo.name')} learns in)"
-        )
+def _check_component(c: ConfigView, path: str) -> None:
+    """The node at `path` against what its `_target_` declares: each key's type and range as the
+    fields of its typed config give them (rlpar.typed_config), then the rules of its config and
+    of the component itself (`config_problems`). A `_target_` that cannot be imported is named
+    by the check of unknown keys."""
+    component = c.component(f"{path}._target_")
+    if component is None:
+        return
+    declared = config_class(component)
+    if declared is not None:
+        node = OmegaConf.select(c.cfg, path, default=None, throw_on_missing=False)
+        given = set(node.keys()) if isinstance(node, DictConfig) else set()
+        for name, check in checks(declared).items():
+            if name in given:
+                c.checked(f"{path}.{name}", check)
+        if declared is not component:
+            c.ask(declared)
+    c.ask(component)
 
 
-def _defines_own_rules(target) -> bool:
-    from rlpar.config.known_keys import defines_method
-
-    try:
-        return isinstance(target, str) and defines_method(target, "config_problems")
-    except (ImportError, SyntaxError, ValueError):
-        return False
-
-
-def _learner_keys(c: ConfigView) -> frozenset[str] | None:
-    """The keywords algo._target_ takes; None where they cannot be read (reported elsewhere)."""
-    from rlpar.config.known_keys import keyword_parameters
-
-    target = c.get("algo._target_")
-    try:
-        return keyword_parameters(target) if isinstance(target, str) else None
-    except (ImportError, SyntaxError, ValueError):
-        return None
+def _algo_keys(c: ConfigView) -> frozenset[str]:
+    """The keys algo._target_ takes; none where it cannot be imported (reported elsewhere)."""
+    algorithm = c.component("algo._target_")
+    return accepted_keys(algorithm) if algorithm is not None else frozenset()
 
 
 def _check_env(c: ConfigView, check_env: bool):
@@ -451,7 +341,7 @@ def _memory_problem(c: ConfigView, observation, action_size: int, vectorization:
         return None
     workers, envs_per_worker, rollout = numbers
     in_learner = c.sampler is not None and c.sampler.in_learner_process
-    capacity = c.get("algo.replay.capacity") if "replay" in (_learner_keys(c) or ()) else 0
+    capacity = c.get("algo.replay.capacity") if "replay" in _algo_keys(c) else 0
     replay = c.component("algo.replay._target_") if isinstance(capacity, int) and capacity > 0 else None
     bytes_per_transition = getattr(replay, "bytes_per_transition", None)
     if bytes_per_transition is not None:  # the replay's layout: whole rows, or image stacks' frames once

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlpar.envs.spaces import ActionInfo, action_space_kind
-from rlpar.models.spec import NetworkFields
+from rlpar.models.spec import ACTING, ACTIVATIONS, NetworkFields
+from rlpar.typed_config import choice, flag, integer, number
 
 
 @dataclass(frozen=True)
@@ -45,31 +46,25 @@ class ActorQSpec(NetworkFields):
                 f"{'a squashed Gaussian' if wants else 'a deterministic'} actor; "
                 f"use model.gaussian={str(wants).lower()}"
             )
-        if (
-            not isinstance(config.get("model.critics"), int)
-            or isinstance(config.get("model.critics"), bool)
-            or config.get("model.critics") < 1
-        ):
-            problems.append(f"model.critics: expected a positive integer, got {config.get('model.critics')!r}")
         return problems
 
     obs_dim: int
     action: ActionInfo
     hidden_sizes: tuple[int, ...] = (256, 256)
-    activation: str = "relu"
-    gaussian: bool = True
-    critics: int = 2  # Q networks; targets take their minimum (clipped double Q, Fujimoto et al. 2018)
+    activation: str = choice("relu", ACTIVATIONS)
+    gaussian: bool = flag(True)
+    critics: int = integer(2, low=1)  # Q networks; targets take their minimum (clipped double Q, Fujimoto et al. 2018)
     # Exploration noise correlated in time: each environment's standard normals follow an AR(1)
     # process with this coefficient (0: white noise). Consistent pushes in one direction explore
     # tasks that need momentum (MountainCarContinuous) where white noise averages out; the uniform
     # random actions before learning_starts are then persistent too.
-    noise_correlation: float = 0.0
+    noise_correlation: float = number(0.0, low=0, high=1, high_open=True)
     normalize_obs: bool = False  # replay keeps raw observations; whitening them is not offered
     encoder: str = "mlp"
     obs_dtype: str = "float32"
     image_shape: tuple[int, ...] = ()
     channels_last: bool = False
-    acting: str = "numpy"
+    acting: str = choice("numpy", ACTING)
     recurrent: str | None = None
     recurrent_size: int = 128
 

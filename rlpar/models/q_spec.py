@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlpar.envs.spaces import ActionInfo, action_space_kind
-from rlpar.models.spec import NetworkFields
+from rlpar.models.spec import ACTING, ACTIVATIONS, ENCODERS, RECURRENT, NetworkFields
+from rlpar.typed_config import choice, flag, integer
 
 FACTORED_ACTIONS_REFUSED = (
     "a Q-network needs one Discrete action space; MultiDiscrete/MultiBinary actions train "
@@ -33,16 +34,16 @@ class QNetworkSpec(NetworkFields):
     obs_dim: int
     action: ActionInfo
     hidden_sizes: tuple[int, ...] = (256, 256)
-    activation: str = "relu"
-    dueling: bool = False
+    activation: str = choice("relu", ACTIVATIONS)
+    dueling: bool = flag(False)
     normalize_obs: bool = False  # replay keeps raw observations; whitening them is not offered
-    encoder: str = "auto"  # auto | mlp | nature | impala | small (rlpar.models.spec.choose_encoder)
+    encoder: str = choice("auto", ENCODERS)  # rlpar.models.spec.choose_encoder
     obs_dtype: str = "float32"  # the rows' dtype: "uint8" for images (rlpar.envs.spaces.ObservationInfo)
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
-    acting: str = "auto"  # auto | numpy | numpy32 | torch: the workers' copy (rlpar.models.spec.choose_acting)
-    recurrent: str | None = None  # lstm | gru: R2D2's recurrent Q-network (rlpar.models.modules.recurrent)
-    recurrent_size: int = 128
+    acting: str = choice("auto", ACTING)  # the workers' copy (rlpar.models.spec.choose_acting)
+    recurrent: str | None = choice(None, RECURRENT, optional=True)  # R2D2's recurrent Q-network (models.modules)
+    recurrent_size: int = integer(128, low=1)
 
     def __post_init__(self):
         if not self.action.discrete:

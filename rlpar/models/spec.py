@@ -7,6 +7,7 @@ from math import prod
 
 from rlpar.envs.spaces import ActionInfo
 from rlpar.errors import positive_integers
+from rlpar.typed_config import choice, flag, integer, number
 
 ACTIVATIONS = ("tanh", "relu", "elu")
 ENCODERS = ("auto", "mlp", "nature", "impala", "small")
@@ -105,22 +106,13 @@ class NetworkFields:
         hidden = config.get("model.hidden_sizes")
         if "model.hidden_sizes" not in config.unresolved and not positive_integers(hidden):
             problems.append(f"model.hidden_sizes: expected a list of positive integers, got {hidden!r}")
-        config.choice("model.activation", ACTIVATIONS)
         model = config.get("model") or {}
-        for key, choices in (("model.encoder", ENCODERS), ("model.acting", ACTING)):
-            if key.split(".")[1] in model:
-                config.choice(key, choices)
-        if "normalize_obs" in model:
-            config.choice("model.normalize_obs", ("auto", True, False))
         if model.get("recurrent") is not None:
-            config.choice("model.recurrent", RECURRENT)
             if config.algorithm.get("recurrent_policies") is False:
                 problems.append(
                     f"model.recurrent: algo={config.get('algo.name')} learns feed-forward policies only; "
                     f"use model.recurrent=null, or algo={config.algorithms_with('recurrent_policies', True)}"
                 )
-        if "recurrent_size" in model and not positive_integers([model["recurrent_size"]]):
-            problems.append(f"model.recurrent_size: expected a positive integer, got {model['recurrent_size']!r}")
         return problems
 
     @classmethod
@@ -177,22 +169,22 @@ class PolicySpec(NetworkFields):
     obs_dim: int
     action: ActionInfo
     hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    normalize_obs: bool = False
-    init_log_std: float = 0.0
-    encoder: str = "auto"  # auto | mlp | nature | impala | small (see choose_encoder)
+    activation: str = choice("tanh", ACTIVATIONS)
+    normalize_obs: bool = choice(False, ("auto", True, False))  # auto: the builder's choice for the spaces
+    init_log_std: float = number(0.0)
+    encoder: str = choice("auto", ENCODERS)  # see choose_encoder
     obs_dtype: str = "float32"  # the rows' dtype: "uint8" for images (rlpar.envs.spaces.ObservationInfo)
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of image observations
     channels_last: bool = False
-    acting: str = "auto"  # auto | numpy | numpy32 | torch: the workers' copy of the network (see choose_acting)
-    recurrent: str | None = None  # lstm | gru: an LSTM or GRU core between the encoder and the heads
-    recurrent_size: int = 128  # the core's hidden units
+    acting: str = choice("auto", ACTING)  # the workers' copy of the network (see choose_acting)
+    recurrent: str | None = choice(None, RECURRENT, optional=True)  # an LSTM or GRU core between encoder and heads
+    recurrent_size: int = integer(128, low=1)  # the core's hidden units
     # A centralised critic (MAPPO): the actor reads only the first `actor_inputs` values of a row
     # (the agent's own observation), the critic all of it (the global state follows). None: both all.
     actor_inputs: int | None = None
     # The critic predicts returns normalised by their running mean and std (MAPPO's ValueNorm);
     # its outputs are turned back into returns in the network, so acting values stay returns.
-    value_norm: bool = False
+    value_norm: bool = flag(False)
 
     def __post_init__(self):
         self._settle_fields()

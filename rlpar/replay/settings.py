@@ -6,26 +6,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlpar.typed_config import flag, integer, number
+
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    capacity: int = 100_000  # transitions kept (oldest overwritten)
-    prioritized: bool = False  # proportional prioritisation (Schaul et al. 2016); else uniform
-    alpha: float = 0.6  # priority exponent
-    beta_start: float = 0.4  # importance-sampling exponent, annealed to beta_end
-    beta_end: float = 1.0
-    checkpoint: bool = False  # DQN: save the contents with every checkpoint (exact resume)
-    num_shards: int = 2  # Ape-X: replay shards (Ray actors with parallel=distributed)
+    capacity: int = integer(100_000, low=1)  # transitions kept (oldest overwritten)
+    prioritized: bool = flag(False)  # proportional prioritisation (Schaul et al. 2016); else uniform
+    alpha: float = number(0.6, low=0, high=1)  # priority exponent
+    beta_start: float = number(0.4, low=0, high=1)  # importance-sampling exponent, annealed to beta_end
+    beta_end: float = number(1.0, low=0, high=1)
+    checkpoint: bool = flag(False)  # DQN: save the contents with every checkpoint (exact resume)
+    num_shards: int = integer(2, low=1, optional=True)  # Ape-X: replay shards (Ray actors with parallel=distributed)
     # Ape-X: each shard's rate limiter holds sampled items per inserted transition at
     # samples_per_insert (null: replay_ratio x batch_size) within rate_tolerance sampled items
     # (null: the least that cannot deadlock plus room for every actor's unanswered
     # writes).
-    samples_per_insert: float | None = None
-    rate_tolerance: float | None = None
+    samples_per_insert: float | None = number(None, low=0, low_open=True, optional=True)
+    rate_tolerance: float | None = number(None, low=0, low_open=True, optional=True)
     # uint8 image stacks (Atari's 4 x 84 x 84): each frame stored once, stacks rebuilt when sampled
     # (rlpar.replay.frames), in frames_per_transition frame slots per transition; false: whole stacks.
-    frames: bool = True
-    frames_per_transition: float = 1.125
+    frames: bool = flag(True)
+    frames_per_transition: float = number(1.125, low=1, low_open=True, optional=True)
 
     def frame_stack(self, policy_spec) -> int:
         """Frames per observation to store once (rlpar.replay.frames.frame_stack), 0: whole rows."""
@@ -70,15 +72,9 @@ class ReplaySettings:
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
-        """`algo.replay` against the algorithm and the sampler; `config`: a
-        rlpar.config.validate.ConfigView."""
-        capacity = config.number("algo.replay.capacity", integer=True, low=1)
-        for name in ("alpha", "beta_start", "beta_end"):
-            config.number(f"algo.replay.{name}", low=0, high=1)
-        config.number("algo.replay.num_shards", integer=True, low=1, optional=True)
-        config.number("algo.replay.frames_per_transition", low=1, low_open=True, optional=True)
-        if config.get("algo.replay.frames") is not None:
-            config.choice("algo.replay.frames", (True, False))
+        """`algo.replay` against the algorithm and the sampler, beyond its fields' types and
+        ranges; `config`: a rlpar.config.validate.ConfigView."""
+        capacity = _positive(config.get("algo.replay.capacity"))
         problems = _rate_limiter_problems(config) + _sequence_problems(config, capacity)
         for name in ("batch_size", "learning_starts"):
             value = config.get(f"algo.{name}")
@@ -117,8 +113,8 @@ def _rate_limiter_problems(config) -> list[str]:
     from rlpar.replay.nstep import most_transitions_per_rollout
     from rlpar.replay.rate_limiter import least_tolerance
 
-    ratio = config.number("algo.replay.samples_per_insert", low=0, low_open=True, optional=True)
-    tolerance = config.number("algo.replay.rate_tolerance", low=0, low_open=True, optional=True)
+    ratio = _positive(config.get("algo.replay.samples_per_insert"))
+    tolerance = _positive(config.get("algo.replay.rate_tolerance"))
     if tolerance is None:
         return []
     if ratio is None:
@@ -144,3 +140,8 @@ def _rate_limiter_problems(config) -> list[str]:
             f"up to {insert_batch} transitions and minibatches of {batch_size} it must be at least {least:g} (or null)"
         ]
     return []
+
+
+def _positive(value):
+    """`value` where it is a positive number (else refused by its field's check), or None."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None

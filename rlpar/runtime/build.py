@@ -23,6 +23,7 @@ from rlpar.models.spec import PolicySpec
 from rlpar.runtime import run_dir as run_directory
 from rlpar.runtime import run_lock
 from rlpar.runtime.trainer import Trainer
+from rlpar.typed_config import config_class
 
 log = logging.getLogger("rlpar")
 
@@ -64,6 +65,19 @@ def sampling_defaults(parallel: dict, algo_cls) -> dict:
     return chosen
 
 
+def algorithm_maker(algo: dict, algo_cls, *, box_observations: bool) -> partial:
+    """The class with its typed config built from the `algo` node, or with its keywords for a
+    class that declares no config (a user's own): the learner's keys, with nested
+    `_target_` nodes (the replay) instantiated and `normalize_rewards: auto` resolved (on for Box
+    vector observations)."""
+    keys = {k: v for k, v in algo.items() if k not in ("_target_", *ALGO_KEYS_NOT_FOR_LEARNER)}
+    if keys.get("normalize_rewards") == "auto":
+        keys["normalize_rewards"] = box_observations
+    keys = instantiate(OmegaConf.create(keys), _convert_="all")
+    declared = config_class(algo_cls)
+    return partial(algo_cls, declared(**keys)) if declared is not None else partial(algo_cls, **keys)
+
+
 def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: EnvProbe | None = None) -> Trainer:
     """`env_probe`: validation's probe of this config's environment (rlpar.envs.probe), reused
     rather than building another; None: one environment is built here to read its spaces."""
@@ -97,11 +111,8 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     if env_probe is not None and env_probe.spec == env_spec and env_probe.state_problem and sampler.keeps_env_state():
         log.warning("%s", state_dropped_message(env_probe.name, env_probe.state_problem))
         sampler.drop_env_state(env_probe.state_problem)
-    algo_cfg = OmegaConf.create({k: v for k, v in algo.items() if k not in ALGO_KEYS_NOT_FOR_LEARNER})
-    if algo_cfg.get("normalize_rewards") == "auto":
-        algo_cfg.normalize_rewards = box_observations
     make_algorithm = partial(
-        instantiate(algo_cfg, _partial_=True, _convert_="all"),
+        algorithm_maker(algo, algo_cls, box_observations=box_observations),
         policy_spec=policy_spec,
         total_steps=container["total_steps"],
         seed=container["seed"],

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Protocol
 
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.services import InProcessService, Service, built_here
+from rlpar.typed_config import choice, integer, text
 
 
 class Worker(Protocol):
@@ -38,6 +40,17 @@ class Worker(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class SamplerConfig:
+    """The `parallel` group's keys every sampler takes (the builder adds the run's sizes, seed
+    and worker class); `auto` sync mode and policy lag are the algorithm's own."""
+
+    name: str = text("sampler")  # the group's option, for messages and analysis
+    sync_mode: str = choice("auto", ("auto", "blocking", "non_blocking"))
+    max_policy_lag: int | str | None = integer("auto", low=0, optional=True, also=("auto",))
+    inference: str = choice("worker", ("worker", "central"))
+
+
 class Sampler(ABC):
     """Turns policy weights into a batch of experience.
 
@@ -53,6 +66,7 @@ class Sampler(ABC):
     in_learner_process = False  # its environments step in the learner's process (no copies between processes)
     uses_ray = False
     learner_groups = False  # can start a learner group (learners > 1)
+    Config: type = SamplerConfig  # the keys its `parallel` node takes (rlpar.typed_config)
 
     @classmethod
     def worker_process_kind(cls, config) -> str | None:
@@ -62,15 +76,8 @@ class Sampler(ABC):
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
-        """The `parallel` group's rules for this sampler; `config` is a
-        rlpar.config.validate.ConfigView (its number and choice checks record their own problems)."""
-        config.choice("parallel.sync_mode", ("auto", "blocking", "non_blocking"))  # local refuses non_blocking itself
-        if config.get("parallel.max_policy_lag") != "auto":
-            config.number("parallel.max_policy_lag", integer=True, low=0, optional=True)
-        config.choice("parallel.inference", ("worker", "central"))
-        if config.get("parallel.inference_backend") is not None:
-            config.choice("parallel.inference_backend", ("auto", "numpy", "torch"))
-        config.number("parallel.inference_wait_ms", low=0, optional=True)
+        """The `parallel` group's rules for this sampler beyond its keys' types and ranges (its
+        `Config`'s); `config` is a rlpar.config.validate.ConfigView."""
         problems = []
         algorithm = config.algorithm
         if config.get("parallel.inference") == "central" and algorithm.get("central_inference") is False:

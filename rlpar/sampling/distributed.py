@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from rlpar.errors import EnvironmentFailedError
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import InferenceServer, RayInferenceClient
-from rlpar.sampling.pool import WorkerPoolSampler
+from rlpar.sampling.pool import WorkerPoolConfig, WorkerPoolSampler
 from rlpar.sampling.services import ActorService, Service
+from rlpar.typed_config import number
 
 INLINE_WEIGHT_BYTES = 256 * 1024  # weights x workers: below this, requests carry the weights themselves
 
@@ -63,9 +65,22 @@ def learner_room_problem(config) -> str | None:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class DistributedConfig(WorkerPoolConfig):
+    """The Ray instance's settings come from the `ray` group (checked there)."""
+
+    ray_address: str | None = None
+    ray_num_cpus: float | None = None
+    cpus_per_worker: float = 0.1
+    cpus_per_learner: float = 0.5
+    object_store_mb: int = 256
+    rebalance_interval_s: float | None = number(5.0, low=0, optional=True)
+
+
 class DistributedSampler(WorkerPoolSampler):
     uses_ray = True
     learner_groups = True
+    Config = DistributedConfig
 
     @classmethod
     def worker_process_kind(cls, config) -> str | None:
@@ -78,7 +93,6 @@ class DistributedSampler(WorkerPoolSampler):
         from rlpar.cluster.address import ray_address_problem
 
         problems = super().config_problems(config)
-        config.number("parallel.rebalance_interval_s", low=0, optional=True)
         address = config.get("ray.address")
         if address and (problem := ray_address_problem(address)):  # no address: a private instance
             problems.append(f"ray.address: {problem}")

@@ -17,6 +17,7 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
+from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any
 
@@ -26,9 +27,10 @@ from rlpar.errors import EnvironmentFailedError
 from rlpar.sampling.batch import PER_ENV_FIELDS, Batch
 from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import SharedMemoryInference
-from rlpar.sampling.pool import WorkerPoolSampler
+from rlpar.sampling.pool import WorkerPoolConfig, WorkerPoolSampler
 from rlpar.sampling.services import InProcessService, Service, built_here
 from rlpar.sampling.shared_arrays import attach_shared_arrays, create_shared_arrays, release_shared_arrays
+from rlpar.typed_config import choice
 
 
 def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, Any]:  # Batch(**...)'s arrays
@@ -77,7 +79,14 @@ def _worker_main(conn, parent_end, names, layout, cols, worker_class, worker_kwa
             block.close()
 
 
+@dataclass(frozen=True, kw_only=True)
+class MultiprocessConfig(WorkerPoolConfig):
+    start_method: str = choice("fork", ("fork", "spawn", "forkserver"))
+
+
 class MultiprocessSampler(WorkerPoolSampler):
+    Config = MultiprocessConfig
+
     @classmethod
     def worker_process_kind(cls, config) -> str | None:
         return "multiprocess"

@@ -25,15 +25,17 @@ from __future__ import annotations
 import logging
 import time
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rlpar.interrupts import stop_requested
-from rlpar.sampling.base import Sampler
+from rlpar.sampling.base import Sampler, SamplerConfig
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
 from rlpar.sampling.rollout import RolloutWorker
+from rlpar.typed_config import choice, integer, number
 
 log = logging.getLogger("rlpar")
 
@@ -41,16 +43,26 @@ START_ATTEMPTS = 3  # failed starts that show a worker cannot start (a cancelled
 WAIT_SLICE_S = 0.25  # a wait for workers to start looks up this often whether a signal asked to stop
 
 
+@dataclass(frozen=True, kw_only=True)
+class WorkerPoolConfig(SamplerConfig):
+    """A pool's failure limits and central inference, besides every sampler's keys."""
+
+    max_worker_restarts: int | None = integer(100, low=0, optional=True)
+    sample_timeout_s: float | None = number(60.0, low=0, low_open=True, optional=True)
+    start_timeout_s: float | None = number(300.0, low=0, low_open=True, optional=True)
+    min_live_workers: int | None = integer(1, low=1, optional=True)
+    inference_wait_ms: float | None = number(0.2, low=0, optional=True)
+    inference_backend: str | None = choice("auto", ("auto", "numpy", "torch"), optional=True)
+
+
 class WorkerPoolSampler(Sampler):
+    Config: type = WorkerPoolConfig
+
     @classmethod
     def config_problems(cls, config) -> list[str]:
-        """Its failure limits, besides every sampler's rules."""
+        """At least min_live_workers workers, besides every sampler's rules."""
         problems = super().config_problems(config)
-        config.number("parallel.max_worker_restarts", integer=True, low=0, optional=True)
-        config.number("parallel.sample_timeout_s", low=0, low_open=True, optional=True)
-        config.number("parallel.start_timeout_s", low=0, low_open=True, optional=True)
-        min_live = config.number("parallel.min_live_workers", integer=True, low=1, optional=True)
-        workers = config.get("workers")
+        min_live, workers = config.get("parallel.min_live_workers"), config.get("workers")
         if isinstance(min_live, int) and isinstance(workers, int) and min_live > workers >= 1:
             problems.append(f"parallel.min_live_workers: {min_live} is more than workers ({workers})")
         return problems

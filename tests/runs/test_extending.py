@@ -150,8 +150,8 @@ def test_an_unknown_key_of_the_algorithm_is_refused_in_one_line(user_dir):
     proc = train(user_dir, "+algo.nonsense=1")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("rlpar: invalid config: algo.nonsense: unknown key (not taken by reinforce.Reinforce); "
-                                   "it takes gamma, lr, max_grad_norm, name, normalize_advantages, precision, rollout_length, "
-                                   "value_coef")
+                                   "it takes gamma, lr, max_grad_norm, name, normalize_advantages, normalize_rewards, precision, "
+                                   "reward_clip, reward_scale, rollout_length, value_coef")
     assert not (user_dir / "outputs").exists()
 
 
@@ -161,8 +161,8 @@ def test_a_key_the_config_file_does_not_have_is_refused_in_one_line(user_dir):
     proc = train(user_dir, "algo.nonsense=1")
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("rlpar: invalid config: algo.nonsense: unknown key (not taken by reinforce.Reinforce); "
-                                   "it takes gamma, lr, max_grad_norm, name, normalize_advantages, precision, rollout_length, "
-                                   "value_coef")
+                                   "it takes gamma, lr, max_grad_norm, name, normalize_advantages, normalize_rewards, precision, "
+                                   "reward_clip, reward_scale, rollout_length, value_coef")
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from rlpar.learning.losses.ppo_loss import policy_gradient_loss
 from rlpar.learning.estimators.gae import compute_gae
 from rlpar.learning.estimators.nstep import compute_nstep_returns
 from rlpar.runtime.build import build_trainer
-from tests.rollouts import LEARNER_ONLY, cartpole_rollout
+from tests.rollouts import LEARNER_ONLY, cartpole_rollout, made
 
 GAMMA = 0.99
 
@@ -28,7 +28,7 @@ def one_torch_thread():
 
 def make_a2c(policy_spec, **options):
     """Every A2C of a test starts from the same weights (seed 0), those the batch was acted with."""
-    return A2C(sampler=LEARNER_ONLY, policy_spec=policy_spec, total_steps=100_000, seed=0, gamma=GAMMA, **options)
+    return made(A2C, sampler=LEARNER_ONLY, policy_spec=policy_spec, total_steps=100_000, seed=0, gamma=GAMMA, **options)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_optimizer_key_chooses_rmsprop_or_adam(rollout):
 
 def test_annealed_lr_reaches_the_rmsprop_optimiser(rollout):
     policy_spec, batch = rollout
-    a2c = A2C(sampler=LEARNER_ONLY, policy_spec=policy_spec, total_steps=4 * batch.num_steps, seed=0, lr=1e-3, anneal_lr=True)
+    a2c = made(A2C, sampler=LEARNER_ONLY, policy_spec=policy_spec, total_steps=4 * batch.num_steps, seed=0, lr=1e-3, anneal_lr=True)
     for expected in (0.75, 0.5, 0.25, 0.0):
         stats = a2c.update(batch)
         assert stats["lr"] == pytest.approx(1e-3 * expected, abs=1e-15)

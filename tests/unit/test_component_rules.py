@@ -34,8 +34,8 @@ class PickySampler(LocalSampler):
 class PickyPPO(PPO):
     """A user's algorithm with a rule of its own: validation imports it to ask."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, config, **built):  # PPO's config (PPO.Config), the builder's arguments
+        super().__init__(config, **built)
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
@@ -48,8 +48,8 @@ class GradientPPO(PPO):
     central_inference = False
     worker_duties = "compute curiosity bonuses"
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, config, **built):  # PPO's config (PPO.Config), the builder's arguments
+        super().__init__(config, **built)
 
 
 def problems_of(make_cfg, *overrides, check_env=False) -> list[str]:

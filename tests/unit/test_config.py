@@ -140,8 +140,8 @@ def test_nan_and_infinity_are_refused_by_every_range_check_one_line_each(make_cf
     assert refused.value.problems == [
         "time_limit_s: nan is not a number (expected a number > 0)",
         "learner_group.timeout_s: nan is not a number (expected a number > 0)",
-        "algo.lr: inf is not finite (expected a finite number > 0)",
         "algo.gamma: -inf is not finite (expected a finite number >= 0 and <= 1)",
+        "algo.lr: inf is not finite (expected a finite number > 0)",
         "algo.clip: nan is not a number (expected a number > 0 and < 1)",
         "env.restart_window_s: nan is not a number (expected a number > 0)",
         "parallel.sample_timeout_s: inf is not finite (expected a finite number > 0)",
@@ -228,34 +228,29 @@ def _targets() -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", _targets())
-def test_keys_read_from_source_match_the_real_signature(target):
-    """Validation reads constructors' keywords from source (no torch import): it must agree with
-    what Python itself sees, `**kwargs` forwarded to the base class (or KEYWORDS_FORWARDED_TO) included."""
-    import importlib
+def test_declared_keys_are_what_the_constructor_takes(target):
+    """Validation takes a node's keys from the class its `_target_` names: an algorithm's typed
+    config is what its constructor takes (as `config`), a sampler's config the keywords its
+    constructor takes besides the builder's, and a class without one its keywords."""
     import inspect
 
-    from rlpar.config.known_keys import keyword_parameters
+    from rlpar.config.known_keys import SUPPLIED_BY_BUILD, imported_class
+    from rlpar.typed_config import accepted_keys, config_class, declared_keys, keyword_parameters
 
-    def imported(path):
-        module, _, name = path.rpartition(".")
-        return getattr(importlib.import_module(module), name)
-
-    def constructors(klass):
-        return [k for k in klass.__mro__ if "__init__" in vars(k) and k is not object]
-
-    cls = imported(target)
-    chain = constructors(cls)
-    if getattr(cls, "KEYWORDS_FORWARDED_TO", None):  # a **kwargs for another class (IPPO's per-policy PPO learners)
-        chain = chain[:1] + constructors(imported(cls.KEYWORDS_FORWARDED_TO))
-    real = set()
-    for klass in chain:
-        params = inspect.signature(klass.__init__).parameters.values()
-        real |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            break
-    # ...less the base keywords a subclass sets itself (Ape-X: ε per actor, not scheduled)
-    real -= set(getattr(cls, "KEYWORDS_NOT_FORWARDED", ()))
-    assert keyword_parameters(target) == real
+    cls = imported_class(target)
+    declared = config_class(cls)
+    if declared is None:  # a logger, checkpointer or search class: its keywords
+        assert accepted_keys(cls) == keyword_parameters(cls) and "self" not in accepted_keys(cls)
+        return
+    assert declared_keys(declared) == accepted_keys(cls)
+    if declared is cls:  # a model spec or the replay settings: a dataclass, built from its fields
+        assert declared_keys(declared) == set(inspect.signature(cls).parameters)
+    elif target.startswith("rlpar.algos."):  # the builder passes the config object first
+        assert list(inspect.signature(cls.__init__).parameters)[1] == "config"
+        declared()  # every field has a default
+    else:  # a sampler: its config's keys and the builder's are its constructor's keywords
+        supplied = SUPPLIED_BY_BUILD["parallel"] | {"inference_device"}
+        assert declared_keys(declared) == keyword_parameters(cls) - supplied
 
 
 @pytest.mark.parametrize("override,problem", [

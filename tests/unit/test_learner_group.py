@@ -19,7 +19,7 @@ from rlpar.learners.peers import RankPeers, join
 from rlpar.learners.shard import shard_inputs
 from rlpar.models.q_spec import QNetworkSpec
 from rlpar.replay.settings import ReplaySettings
-from tests.rollouts import LEARNER_ONLY, cartpole_rollout
+from tests.rollouts import LEARNER_ONLY, cartpole_rollout, made
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -32,7 +32,7 @@ REPLAY = ReplaySettings(capacity=1000, prioritized=True)  # importance weights t
 def make(algo: str, policy_spec, **options):
     """Every algorithm of a test starts from the same weights (seed 0), those the data was acted with."""
     extra = {"replay": REPLAY} if algo == "dqn" else {}
-    return ALGORITHMS[algo](sampler=LEARNER_ONLY, policy_spec=policy_spec, seed=0, total_steps=100_000, compile=False,
+    return made(ALGORITHMS[algo], sampler=LEARNER_ONLY, policy_spec=policy_spec, seed=0, total_steps=100_000, compile=False,
                             **extra, **options)
 
 

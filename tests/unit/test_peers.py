@@ -74,11 +74,12 @@ def test_a_batch_shape_carries_the_shape_and_builds_nothing_for_sampling():
 
 
 def test_a_replay_learner_built_with_a_batch_shape_keeps_no_replay():
-    from rlpar.algos.dqn import DQN
+    from rlpar.algos.dqn import DQN, DQNConfig
     from rlpar.envs.spaces import ActionInfo
     from rlpar.models.q_spec import QNetworkSpec
 
     dqn = DQN(
+        DQNConfig(),
         sampler=BatchShape(rollout_length=4, num_envs=2),
         policy_spec=QNetworkSpec(obs_dim=3, action=ActionInfo(True, 2)),
         total_steps=100,

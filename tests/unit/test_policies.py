@@ -7,7 +7,7 @@ import torch
 from rlpar.envs.spaces import ActionInfo, ActionMapper
 from rlpar.models.acting.numpy_policy import NumpyPolicy
 from rlpar.models.spec import PolicySpec
-from tests.rollouts import LEARNER_ONLY
+from tests.rollouts import LEARNER_ONLY, made
 
 DISCRETE = PolicySpec(obs_dim=4, action=ActionInfo(discrete=True, size=3))
 CONTINUOUS = PolicySpec(
@@ -76,7 +76,7 @@ def test_value_head_padding_never_changes():
     """The critic's last layer is padded to the actor's width; training must leave the padding alone."""
     from rlpar.algos.ppo import PPO
 
-    learner = PPO(sampler=LEARNER_ONLY, policy_spec=DISCRETE, total_steps=1, seed=0, minibatch_size=16, epochs=2)
+    learner = made(PPO, sampler=LEARNER_ONLY, policy_spec=DISCRETE, total_steps=1, seed=0, minibatch_size=16, epochs=2)
     n = 64
     data = dict(
         obs=torch.randn(n, 4),

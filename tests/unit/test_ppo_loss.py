@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, normalize, value_loss
-from tests.rollouts import LEARNER_ONLY
+from tests.rollouts import LEARNER_ONLY, made
 
 
 def test_clipped_policy_loss_clips_positive_advantage_above_one_plus_clip():
@@ -60,7 +60,7 @@ def test_non_finite_updates_are_skipped_counted_and_stop_the_run_when_they_repea
     from rlpar.algos.ppo import PPO
     from rlpar.models.spec import PolicySpec
 
-    learner = PPO(sampler=LEARNER_ONLY, policy_spec=PolicySpec(obs_dim=4, action=ActionInfo(True, 2)), total_steps=1, seed=0,
+    learner = made(PPO, sampler=LEARNER_ONLY, policy_spec=PolicySpec(obs_dim=4, action=ActionInfo(True, 2)), total_steps=1, seed=0,
                   epochs=1, minibatch_size=8, max_consecutive_nonfinite=3)
     n = 8
     good = dict(obs=torch.randn(n, 4), actions=torch.randint(0, 2, (n,)), old_logp=torch.full((n,), -0.7),

@@ -7,7 +7,7 @@ import torch
 from rlpar.algos.ppo import PPO
 from rlpar.learning.estimators.gae import compute_gae
 from rlpar.learning.losses.ppo_loss import value_loss
-from tests.rollouts import LEARNER_ONLY, cartpole_rollout
+from tests.rollouts import LEARNER_ONLY, cartpole_rollout, made
 
 GAMMA, GAE_LAMBDA = 0.99, 0.95
 WHOLE_BATCH = 10_000  # minibatch_size above the batch size: one gradient step per epoch
@@ -16,7 +16,7 @@ WHOLE_BATCH = 10_000  # minibatch_size above the batch size: one gradient step p
 def make_ppo(policy_spec, **options):
     """Every PPO of a test starts from the same weights (seed 0), those the batch was acted with."""
     options = {"total_steps": 100_000, "gamma": GAMMA, "gae_lambda": GAE_LAMBDA, **options}
-    return PPO(sampler=LEARNER_ONLY, policy_spec=policy_spec, seed=0, **options)
+    return made(PPO, sampler=LEARNER_ONLY, policy_spec=policy_spec, seed=0, **options)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -120,7 +120,7 @@ class RecordingPPO(PPO):
 
 def test_an_on_policy_batch_keeps_its_behaviour_log_probabilities(rollout):
     spec, batch = rollout
-    ppo = RecordingPPO(sampler=LEARNER_ONLY, policy_spec=spec, seed=0, total_steps=100_000, minibatch_size=WHOLE_BATCH)
+    ppo = made(RecordingPPO, sampler=LEARNER_ONLY, policy_spec=spec, seed=0, total_steps=100_000, minibatch_size=WHOLE_BATCH)
     ppo.update(batch.copy())
     valid = batch.valid.reshape(-1)
     np.testing.assert_array_equal(ppo.optimised["old_logp"].numpy(), batch.logp.reshape(-1)[valid])
@@ -132,7 +132,7 @@ def test_a_lagged_batch_is_clipped_around_the_current_policy_and_reweighted(roll
     al. 2021): the ratio is clipped around the current policy, and each sample's advantage is
     weighted by pi_current / pi_behaviour."""
     spec, batch = rollout
-    ppo = RecordingPPO(sampler=LEARNER_ONLY, policy_spec=spec, seed=0, total_steps=100_000, minibatch_size=WHOLE_BATCH)
+    ppo = made(RecordingPPO, sampler=LEARNER_ONLY, policy_spec=spec, seed=0, total_steps=100_000, minibatch_size=WHOLE_BATCH)
     ppo.update(batch.copy())  # the weights move on; the same batch is now one version old
     assert batch.policy_version == 0 and ppo.version == 1
     valid = batch.valid.reshape(-1)

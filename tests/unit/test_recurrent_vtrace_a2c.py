@@ -23,7 +23,7 @@ from rlpar.runtime.build import probe_policy_spec
 from rlpar.runtime.run import run
 from rlpar.sampling.rollout import RolloutWorker
 from tests.unit.test_a2c import one_torch_thread  # noqa: F401 (autouse: one torch thread, as runs)
-from tests.rollouts import LEARNER_ONLY
+from tests.rollouts import LEARNER_ONLY, made
 
 GAMMA = 0.99
 TOLERANCE = 1e-5
@@ -31,7 +31,7 @@ TOLERANCE = 1e-5
 
 def make(algo_class, policy_spec, **options):
     """Every learner of a test starts from the same weights (seed 0), those the batch was acted with."""
-    return algo_class(sampler=LEARNER_ONLY, policy_spec=policy_spec, total_steps=100_000, seed=0, gamma=GAMMA, **options)
+    return made(algo_class, sampler=LEARNER_ONLY, policy_spec=policy_spec, total_steps=100_000, seed=0, gamma=GAMMA, **options)
 
 
 @pytest.fixture(scope="module", params=["lstm", "gru"])

@@ -14,7 +14,7 @@ from rlpar.runtime.build import build_trainer
 from rlpar.runtime.evaluation import checkpoint_policy_weights
 from tests.defaults import STEPS_PER_ITERATION
 from tests.runs.test_kill_resume import CONFIG, kill_between_checkpoints_and_resume, rows, run_cli
-from tests.rollouts import LEARNER_ONLY
+from tests.rollouts import LEARNER_ONLY, made
 
 ACTION = ActionInfo(discrete=False, size=2, low=(-2.0, -1.0), high=(2.0, 1.0), shape=(2,))
 
@@ -35,7 +35,7 @@ def minibatch(n=64, seed=0):
 def learner(cls_path="rlpar.algos.sac.SAC", model=None, **kwargs):
     from hydra.utils import get_class
 
-    return get_class(cls_path)(sampler=LEARNER_ONLY, policy_spec=model or spec(), total_steps=10_000, seed=0, compile=False,
+    return made(get_class(cls_path), sampler=LEARNER_ONLY, policy_spec=model or spec(), total_steps=10_000, seed=0, compile=False,
                                **kwargs)
 
 
