@@ -21,6 +21,7 @@ from common import machine, markdown_table, rotated
 from rlpar.algos.ppo import LEARNING_ARRAYS, PPO, PPOConfig
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.spaces import ActionInfo
+from rlpar.learning.peers import BatchShape
 from rlpar.learning.estimators.batch_tensors import valid_step_tensors
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import probe_policy_spec
@@ -33,7 +34,7 @@ def make_ppo(policy_spec, precision: str, minibatch_size: int) -> PPO:
     """Eager steps (a precision other than fp32 never compiles); a tiny lr: the same data is
     learnt from again and again."""
     return PPO(PPOConfig(lr=1e-7, minibatch_size=minibatch_size, compile=False, precision=precision),
-               sampler=None, policy_spec=policy_spec, total_steps=10**9, seed=0)
+               sampler=BatchShape(rollout_length=10**9), policy_spec=policy_spec, total_steps=10**9, seed=0)
 
 
 def cartpole_data(policy_spec) -> dict:

@@ -21,6 +21,7 @@ from common import machine, markdown_table, rotated
 from rlpar.algos.ppo import PPO, PPOConfig
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.spaces import ActionInfo
+from rlpar.learning.peers import BatchShape
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import probe_policy_spec
 from rlpar.sampling.rollout import RolloutWorker
@@ -73,7 +74,8 @@ def cartpole_batch(spec):
     worker = RolloutWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=spec, num_envs=8,
                            rollout_length=128, seed=0)
     try:
-        ppo = PPO(PPOConfig(lr=1e-7, compile=False), sampler=None, policy_spec=spec, total_steps=10**9, seed=0)
+        ppo = PPO(PPOConfig(lr=1e-7, compile=False), sampler=BatchShape(rollout_length=10**9), policy_spec=spec,
+                  total_steps=10**9, seed=0)
         worker.set_weights(ppo.get_weights(), version=0)
         return ppo, ppo.learning_inputs(worker.sample())
     finally:

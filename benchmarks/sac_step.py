@@ -26,12 +26,14 @@ def one_variant(args) -> dict:
 
     from rlpar.algos.sac import SAC, SACConfig
     from rlpar.envs.spaces import ActionInfo
+    from rlpar.learning.peers import BatchShape
     from rlpar.models.actor_q_spec import ActorQSpec
 
     torch.set_num_threads(args.threads)
     action = ActionInfo(discrete=False, size=args.action_dim, low=(-1.0,) * args.action_dim, high=(1.0,) * args.action_dim)
     spec = ActorQSpec(obs_dim=args.obs_dim, action=action, hidden_sizes=(args.width, args.width))
-    sac = SAC(SACConfig(compile=args.compiled), sampler=None, policy_spec=spec, total_steps=10**6, seed=0)
+    sac = SAC(SACConfig(compile=args.compiled), sampler=BatchShape(rollout_length=10**9), policy_spec=spec,
+              total_steps=10**6, seed=0)
     rng = np.random.default_rng(0)
     n = 256
     minibatch = {"obs": rng.standard_normal((n, args.obs_dim), np.float32),
