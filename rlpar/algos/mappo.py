@@ -34,12 +34,24 @@ from rlpar.typed_config import integer, override
 @dataclass(frozen=True, kw_only=True)
 class IPPOConfig(PPOConfig):
     """PPO's keys, which every policy's learner takes, with the minibatches counted rather than
-    sized: a policy's share of the batch depends on its agents (the update sets each learner's
-    minibatch size from it), and feed-forward policies only (no sequence pieces)."""
+    sized: a policy's share of the batch depends on its agents (each learner sizes its
+    minibatches from it: PolicyLearner), and feed-forward policies only (no sequence pieces)."""
 
     minibatches: int = integer(8, low=1)  # per epoch, each policy's batch cut into this many (num_mini_batch)
     minibatch_size: int = override(PPOConfig, "minibatch_size", 64, fixed=True)
     sequence_length: int | None = override(PPOConfig, "sequence_length", None, fixed=True)
+
+
+class PolicyLearner(PPO):
+    """One policy's PPO learner in IPPO and MAPPO: it learns its agents' columns of each batch in
+    `minibatches` minibatches an epoch, however many valid steps they hold."""
+
+    def __init__(self, config: IPPOConfig, **built):
+        super().__init__(config, **built)
+        self.minibatches = config.minibatches
+
+    def minibatch_size_for(self, steps: int) -> int:
+        return max(steps // self.minibatches, 1)
 
 
 class IPPO(Algorithm):
@@ -58,10 +70,10 @@ class IPPO(Algorithm):
         """`config`: PPO's keys, for each policy's learner, and `minibatches`. `total_steps` are
         environment steps; a policy's learner counts its agents' steps (its learning rate
         anneals over its share)."""
-        self.learners: dict[str, PPO] = {}
+        self.learners: dict[str, PolicyLearner] = {}
         for p, (name, spec) in enumerate(policy_spec.policies):
             agents = policy_spec.policy_of.count(p)
-            self.learners[name] = PPO(  # a learner that never samples: told its batches' shape
+            self.learners[name] = PolicyLearner(  # a learner that never samples: told its batches' shape
                 config,
                 sampler=BatchShape(
                     rollout_length=sampler.rollout_length, num_envs=len(policy_spec.rows_of(p, sampler.num_envs))
@@ -82,7 +94,6 @@ class IPPO(Algorithm):
             model=policies,
         )
         self.optimizer = None  # each learner keeps its own
-        self.minibatches = config.minibatches
 
     def training_step(self) -> StepResult:
         full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"  # as PPO's
@@ -98,7 +109,6 @@ class IPPO(Algorithm):
         for p, (name, learner) in enumerate(self.learners.items()):
             spec = learner.policy_spec
             part = batch.columns(self.policy_spec.rows_of(p, columns), obs_width=spec.obs_dim)
-            learner.minibatch_size = max(int(part.valid.sum()) // self.minibatches, 1)
             stats = learner.update(part)
             if part.episode_returns:
                 stats["agent_return_mean"] = float(np.mean(part.episode_returns))

@@ -142,7 +142,12 @@ class PPO(Algorithm):
             "lr": lr,
             "lagged": batch.policy_version < self.version,
             "orders": [self.rng.permutation(size) for _ in range(self.epochs)],
+            "minibatch_size": self.minibatch_size_for(int(batch.valid.sum())),
         }
+
+    def minibatch_size_for(self, steps: int) -> int:
+        """The minibatch size of an update of `steps` valid steps: `minibatch_size`."""
+        return self.minibatch_size
 
     def learn(self, inputs: dict) -> dict:
         """The gradient steps of one update on time-major [T, E] inputs: the whole batch, or in a
@@ -177,9 +182,13 @@ class PPO(Algorithm):
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
         and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
         once per epoch or update from detached log-probabilities, not in every step.
-        `inputs`: the shuffles (and with peers this learner's minibatch shares); None: drawn here."""
+        `inputs`: the shuffles and the minibatch size (and with peers this learner's minibatch
+        shares); None: drawn here."""
         if inputs is None:
-            inputs = {"orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)]}
+            inputs = {
+                "orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)],
+                "minibatch_size": self.minibatch_size,
+            }
         losses, samples, epoch_stats = [], [], []
         for epoch in range(self.epochs):
             new_logps, old_logps = [], []
@@ -231,7 +240,10 @@ class PPO(Algorithm):
                 yield {k: v[rows][None] for k, v in data.items()}
             return
         yield from minibatches(
-            data, torch.from_numpy(inputs["orders"][epoch]), size=self.minibatch_size, unroll=self.gradient_step.unroll
+            data,
+            torch.from_numpy(inputs["orders"][epoch]),
+            size=inputs["minibatch_size"],
+            unroll=self.gradient_step.unroll,
         )
 
     def minibatch_loss(

@@ -66,7 +66,8 @@ def row_ranges(rows: int, world_size: int) -> list[tuple[int, int]]:
 def shard_inputs(algorithm, inputs: dict, world_size: int) -> list[dict]:
     """Each rank's part of an update's inputs, cut as the algorithm's `input_layout` declares:
     `columns`: whole environment columns of time-major [T, E] arrays; `columns+minibatches`:
-    those, and each rank's part of every minibatch one learner would take (`minibatch_shares`:
+    those, and each rank's part of every minibatch one learner would take from the epochs'
+    shuffles (`orders`) in minibatches of `minibatch_size` (`minibatch_shares`:
     the group learns what one learner learns); `rows`: contiguous rows of every replay minibatch,
     so that rank 0 can put every rank's TD errors back in place."""
     layout = algorithm.input_layout
@@ -83,7 +84,7 @@ def shard_inputs(algorithm, inputs: dict, world_size: int) -> list[dict]:
     columns = column_shards(inputs["valid"].shape[1], world_size)
     if layout == "columns+minibatches":
         arrays = {k: v for k, v in inputs.items() if k != "orders"}
-        shares = minibatch_shares(inputs["valid"], columns, inputs["orders"], algorithm.minibatch_size)
+        shares = minibatch_shares(inputs["valid"], columns, inputs["orders"], inputs["minibatch_size"])
         return [{**take_columns(arrays, cols), "minibatches": share} for cols, share in zip(columns, shares)]
     if layout == "columns":
         return [take_columns(inputs, cols) for cols in columns]
