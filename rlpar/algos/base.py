@@ -127,7 +127,7 @@ class Algorithm(ABC):
     data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
     # why learners > 1 is refused where data_parallel is False (validation says "learners: <algo> <this>")
     not_data_parallel_because = "does not split its update into learning_inputs (once) and learn (every learner)"
-    # how `learn`'s inputs may be cut between learners (rlpar.learners.shard.shard_inputs): whole
+    # how `learn`'s inputs may be cut between learners (the learner group's shard_inputs): whole
     # environment `columns` of time-major [T, E] arrays; PPO's `columns+minibatches`; replay `rows`
     input_layout = "columns"
     # what an update asks of the learners it learns with (rlpar.learning.peers): ALONE, or the
@@ -288,7 +288,7 @@ class Algorithm(ABC):
 
     def on_joining_peers(self) -> None:
         """What else learning with peers needs, once they have made this algorithm's steps eager
-        and its weights theirs (rlpar.learners.peers.join): nothing here."""
+        and its weights theirs (the learner group's join): nothing here."""
 
     def count_steps(self, batch: Batch) -> float:
         """The batch's steps counted as seen; the learning rate they bring (`self.lr`), set."""
