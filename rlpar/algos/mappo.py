@@ -59,7 +59,7 @@ class IPPO(Algorithm):
     centralised_critic = False  # its critic reads the global state: rows carry it (env.global_state)
     data_parallel = False
     not_data_parallel_because = (
-        "learns each policy with a PPO learner of its own (env.policies), and a learner group "
+        "learns each policy with a PPO learner of its own (env.policies), and learners=N "
         "splits the update of one learner, not of a set of them"
     )
     recurrent_policies = False

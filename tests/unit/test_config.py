@@ -116,7 +116,7 @@ def test_compile_switch_is_a_gradient_step_or_ready(make_cfg, value):
     (["learners=3", "parallel=distributed", "workers=1", "envs_per_worker=2"], "learners: 3 learners need at least one environment column each; there are 2"),
     (["learners=2", "parallel=distributed", "learner_group.timeout_s=0"], r"learner_group.timeout_s: 0 is out of range"),
     (["learners=2", "algo=mappo", "env=pettingzoo", "env.id=mpe2.simple_spread_v3", "parallel=distributed"],
-     r"learners: mappo learns each policy with a PPO learner of its own \(env.policies\), and a learner group splits "
+     r"learners: mappo learns each policy with a PPO learner of its own \(env.policies\), and learners=N splits "
      r"the update of one learner"),
     (["learners=2", "algo=sac", "env=pendulum", "parallel=distributed"], r"learners: sac does not split its update into "
                                                                          r"learning_inputs \(once\) and learn"),
