@@ -10,9 +10,11 @@ environment (whole rollouts by default), each unrolled from its stored state
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
+from rlpar.learning.learner import Learner
 from rlpar.learning.losses.actor_critic import ActorCriticLoss
 from rlpar.learning.optimization.compiled import EagerStep, compile_setting, gradient_step
 from rlpar.learning.optimization.optim import build_optimizer
@@ -38,25 +40,26 @@ class A2CConfig(ActorCriticConfig):
     sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
 
 
-class A2C(Algorithm):
-    Config = A2CConfig
-    data_parallel = True
-    recurrent_policies = True
+class A2CLearner(Learner):
+    """A2C's update: one gradient step of the actor-critic loss on a rollout's prepared
+    advantages and returns."""
 
-    def __init__(self, config: A2CConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    def __init__(
+        self,
+        config: A2CConfig,
+        *,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        batch_steps: int,
+    ):
         """`compile`: the rollout's gradient step with torch.compile (whole with Adam, the loss
         alone with RMSprop), for every batch size (a rollout's valid steps vary)
         (rlpar.learning.optimization.compiled), used from gradient step `compile_switch` on (or `ready`: as
         soon as it is compiled). `sequence_length`: a recurrent policy's learning pieces, in
-        steps (None: the rollout)."""
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-        )
+        steps (None: the rollout). `batch_steps`: the steps of one update's batch."""
+        super().__init__(policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
         self.objective = ActorCriticLoss(
             gamma=config.gamma,
             advantage=config.advantage,
@@ -79,10 +82,9 @@ class A2C(Algorithm):
             precision=config.precision,
         )
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
-        rollout_steps = max(sampler.rollout_length * sampler.num_envs, 1)
         self.compiled = compile_setting(
             config.compile,
-            expected_gradient_steps=total_steps // rollout_steps,
+            expected_gradient_steps=total_steps // max(batch_steps, 1),
             precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
@@ -96,24 +98,6 @@ class A2C(Algorithm):
             dynamic=True,
             switch=config.compile_switch,
         )
-
-    def training_step(self) -> StepResult:
-        return self.sample_and_update()
-
-    def learning_inputs(self, batch) -> dict:
-        """The advantages and returns of the whole batch, time-major [T, E], with the learning
-        rate: done once (by the learner that samples, in a learner group), as they advance running statistics."""
-        lr = self.count_steps(batch)
-        advantages, returns = self.objective.targets(batch, self.learning_rewards(batch))
-        return {
-            "obs": batch.obs,
-            "actions": batch.actions,
-            "advantages": advantages,
-            "returns": returns,
-            "valid": batch.valid,
-            "states": batch.states,
-            "lr": lr,
-        }
 
     def learn(self, inputs: dict) -> dict:
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
@@ -152,3 +136,52 @@ class A2C(Algorithm):
         if not self.model.discrete:
             out["policy_std"] = float(self.model.log_std.detach().exp().mean())
         return out
+
+
+class A2C(Algorithm):
+    """One iteration: a rollout, its advantages and returns (`learning_inputs`, once), the
+    learner's gradient step (by every learner, `self.peers`), the update's end."""
+
+    Config = A2CConfig
+    learner_class: type[A2CLearner] = A2CLearner
+    data_parallel = True
+    recurrent_policies = True
+
+    def __init__(self, config: A2CConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        make_learner = partial(
+            self.learner_class,
+            config,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            batch_steps=sampler.rollout_length * sampler.num_envs,
+        )
+        super().__init__(
+            config,
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            learner=make_learner(),
+        )
+        self.make_learner = make_learner
+
+    def training_step(self) -> StepResult:
+        return self.sample_and_update()
+
+    def learning_inputs(self, batch) -> dict:
+        """The advantages and returns of the whole batch, time-major [T, E], with the learning
+        rate: done once (by the learner that samples, in a learner group), as they advance running statistics."""
+        lr = self.count_steps(batch)
+        advantages, returns = self.learner.objective.targets(batch, self.learning_rewards(batch))
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "advantages": advantages,
+            "returns": returns,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+        }

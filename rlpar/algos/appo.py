@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from rlpar.algos.impala import IMPALAConfig
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
 from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
@@ -59,25 +61,17 @@ class APPOConfig(IMPALAConfig):
         return super().config_problems(config) + minibatch_problems(config)
 
 
-class APPO(Algorithm):
-    Config = APPOConfig
-    sync_mode = "non_blocking"
-    max_policy_lag = None
-    data_parallel = True
-    recurrent_policies = True
+class APPOLearner(Learner):
+    """APPO's update: passes of shuffled minibatches of the clipped objective over a buffer of
+    recent batches, against a target network that follows every few steps."""
 
-    def __init__(self, config: APPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    rng: np.random.Generator
+
+    def __init__(self, config: APPOConfig, *, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
         `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-        )
+        super().__init__(policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
         self.set_optimizer(
             adam(self.parameters, lr=config.lr, eps=1e-5),
             max_grad_norm=config.max_grad_norm,
@@ -86,12 +80,6 @@ class APPO(Algorithm):
         )
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.vtrace: dict[str, Any] = dict(
-            gamma=config.gamma,
-            vtrace_lambda=config.vtrace_lambda,
-            clip_rho_threshold=config.clip_rho_threshold,
-            clip_c_threshold=config.clip_c_threshold,
-        )
         self.clip, self.kl_coef = config.clip, config.kl_coef
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
         self.minibatch_size, self.normalize_advantages = config.minibatch_size, config.normalize_advantages
@@ -108,32 +96,8 @@ class APPO(Algorithm):
             self.minibatch_loss, model=self.model, guard=self.step, compiled=self.compiled, switch=config.compile_switch
         )
         self.buffer: deque = deque(maxlen=config.buffer_batches)  # [prepared batch, uses left]
-        self.batches_per_update = config.batches_per_update
         self.gradient_steps = 0
         self.rng = np.random.default_rng([seed, 3])
-
-    def training_step(self) -> StepResult:
-        return self.sample_and_update(min_rollouts=self.batches_per_update)
-
-    def learning_inputs(self, batch) -> dict:
-        """V-trace targets and advantages of the whole batch from the target network, time-major
-        [T, E], with the learning rate: per environment column, done once (by the learner that
-        samples, in a learner group, whose learners' target networks are all the same)."""
-        lr = self.count_steps(batch)
-        with torch.no_grad():  # targets from the target network, computed once per batch
-            inputs, _, _, _ = vtrace_inputs(self.target_model, batch, self.learning_rewards(batch), self.device)
-        vs, advantages = compute_vtrace(**inputs, **self.vtrace)
-        return {
-            "obs": batch.obs,
-            "actions": batch.actions,
-            "behaviour_logp": batch.logp,
-            "target_logp": inputs["target_logp"],
-            "advantages": advantages,
-            "returns": vs,
-            "valid": batch.valid,
-            "states": batch.states,
-            "lr": lr,
-        }
 
     def learn(self, inputs: dict) -> dict:
         """The batch (the whole one, or with peers this learner's environment columns of it)
@@ -232,6 +196,63 @@ class APPO(Algorithm):
         self.buffer.extend([entry["data"], int(entry["uses_left"])] for entry in state["buffer"])
         self.gradient_steps = int(state["gradient_steps"])
         self.rng.bit_generator.state = state["rng"]
+
+
+class APPO(Algorithm):
+    """One iteration: the rollouts that arrived, their V-trace targets from the learner's
+    target network (`learning_inputs`, once), the learner's passes, the update's end."""
+
+    Config = APPOConfig
+    learner_class: type[APPOLearner] = APPOLearner
+    sync_mode = "non_blocking"
+    max_policy_lag = None
+    data_parallel = True
+    recurrent_policies = True
+
+    def __init__(self, config: APPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        make_learner = partial(
+            self.learner_class, config, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
+        )
+        super().__init__(
+            config,
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            learner=make_learner(),
+        )
+        self.make_learner = make_learner
+        self.vtrace: dict[str, Any] = dict(
+            gamma=config.gamma,
+            vtrace_lambda=config.vtrace_lambda,
+            clip_rho_threshold=config.clip_rho_threshold,
+            clip_c_threshold=config.clip_c_threshold,
+        )
+        self.batches_per_update = config.batches_per_update
+
+    def training_step(self) -> StepResult:
+        return self.sample_and_update(min_rollouts=self.batches_per_update)
+
+    def learning_inputs(self, batch) -> dict:
+        """V-trace targets and advantages of the whole batch from the target network, time-major
+        [T, E], with the learning rate: per environment column, done once (by the learner that
+        samples, in a learner group, whose learners' target networks are all the same)."""
+        lr = self.count_steps(batch)
+        with torch.no_grad():  # targets from the target network, computed once per batch
+            inputs, _, _, _ = vtrace_inputs(self.learner.target_model, batch, self.learning_rewards(batch), self.device)
+        vs, advantages = compute_vtrace(**inputs, **self.vtrace)
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "behaviour_logp": batch.logp,
+            "target_logp": inputs["target_logp"],
+            "advantages": advantages,
+            "returns": vs,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+        }
 
 
 def _kl_with_grad(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:

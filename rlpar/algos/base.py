@@ -1,14 +1,16 @@
 """What every algorithm offers the Trainer: one training step, weights, and its state.
 
-The algorithm owns its iteration: what it samples, how it learns, when it pushes weights (and,
-later, replay). The Trainer keeps what all share: the clock, episode statistics, metrics,
-logging, progress, checkpoints, signals and resume.
+The algorithm owns its iteration: what it samples, when it updates, when it pushes weights, and
+its replay; its Learner (rlpar.learning.learner) owns the update itself: the model, the losses,
+the optimiser and the gradient steps. The Trainer keeps what all share: the clock, episode
+statistics, metrics, logging, progress, checkpoints, signals and resume.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ import torch
 from rlpar.learning.estimators.batch_tensors import explained_variance
 from rlpar.learning.estimators.reward_normalizer import RewardNormalizer
 from rlpar.learning.estimators.rewards import clip_rewards
-from rlpar.learning.estimators.sequences import step_tensors
+from rlpar.learning.learner import Learner
 from rlpar.learning.optimization.compiled import COMPILE_SWITCH_STEP
 from rlpar.learning.optimization.optim import load_optimizer_state, optimizer_state
 from rlpar.learning.optimization.step import GuardedStep, LearningRate
@@ -104,10 +106,36 @@ def minibatch_problems(config) -> list[str]:
     ]
 
 
+def learning_rewards(batch: Batch, normalizer: RewardNormalizer, *, clip: float | None, scale: float) -> np.ndarray:
+    """`batch`'s rewards as losses see them: clipped to [-clip, clip], divided by the running
+    return's standard deviation (`normalizer`, advanced), times `scale`."""
+    rewards = normalizer(
+        clip_rewards(batch.rewards, clip),
+        env_ids=batch.env_ids,
+        terminated=batch.terminated,
+        truncated=batch.truncated,
+        valid=batch.valid,
+    )
+    return rewards * np.float32(scale)
+
+
+def take_in_batch(model, batch: Batch, returns) -> float:
+    """After an on-policy update's gradient steps: `model`'s observation statistics take in the
+    batch's raw observations; the critic's explained variance (of the acting values against the
+    targets `returns`)."""
+    moments = raw_obs_moments(batch)
+    if moments is not None:
+        model.obs_normalizer.update(*moments)
+    keep = batch.valid.reshape(-1)
+    return explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
+
+
 class Algorithm(ABC):
-    """Base of every algorithm: a sampler, a torch model of `policy_spec`, a policy version, and
-    the rewards its losses see (`learning_rewards`). Subclasses set `self.optimizer` (saved and
-    restored by state_dict / load_state_dict)."""
+    """Base of every algorithm: a sampler, its learner (`self.learner`, whose model is
+    `self.model`), a policy version, the steps seen and the rewards its losses see
+    (`learning_rewards`). An algorithm that learns itself (no learner: a user's simple one, or
+    IPPO, whose learners are one per policy) sets `self.optimizer`; either is saved and restored
+    by state_dict / load_state_dict."""
 
     # What `parallel.sync_mode=auto` and `parallel.max_policy_lag=auto` become for this algorithm.
     sync_mode = "blocking"
@@ -127,26 +155,26 @@ class Algorithm(ABC):
     data_parallel = False  # its update splits into learning_inputs and learn: learners > 1 can share it
     # why learners > 1 is refused where data_parallel is False (validation says "learners: <algo> <this>")
     not_data_parallel_because = "does not split its update into learning_inputs (once) and learn (every learner)"
-    # how `learn`'s inputs may be cut between learners (the learner group's shard_inputs): whole
-    # environment `columns` of time-major [T, E] arrays; PPO's `columns+minibatches`; replay `rows`
+    # an algorithm that learns itself: how `learn`'s inputs may be cut between learners (a
+    # Learner declares its own: rlpar.learning.learner.Learner.input_layout)
     input_layout = "columns"
-    # what an update asks of the learners it learns with (rlpar.learning.peers): ALONE, or the
-    # learner group's answers when the build gives it one (learners=N, docs/learners.md)
+    # the learners its learner learns with (rlpar.learning.peers): ALONE, or the learner group
+    # when the build gives it one (learners=N, docs/learners.md)
     peers: Alone = ALONE
     # the algo.precision values it learns in (rlpar.learning.optimization.precision)
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16")
     recurrent_policies = False  # it learns a recurrent model (model.recurrent) from sequences
     needs_ray = False  # its actors or services are Ray actors: a sampler without Ray (uses_ray) refuses it
 
-    if TYPE_CHECKING:  # what subclasses set or define, used by the shared steps below (not capabilities)
+    if TYPE_CHECKING:  # what an algorithm that learns itself sets or defines, used by the steps below
         lr: LearningRate  # the learning rate and its schedule
-        minibatch_size: int  # on-policy algorithms with minibatches
-        gradient_step: Any  # an EagerStep or CompiledStep (rlpar.learning.optimization.compiled)
 
         def learning_inputs(self, batch: Batch) -> dict: ...
 
         def learn(self, inputs: dict) -> dict: ...
 
+    # builds a replica of its learner (a learner group's other ranks); None: it learns itself
+    make_learner: Callable[[], Learner] | None = None
     without_ray: str | None = None  # the algo option that sampler is told to use instead (apex_sac: sac)
 
     @classmethod
@@ -164,23 +192,38 @@ class Algorithm(ABC):
         seed: int,
         device: str = "cpu",
         model=None,
+        learner: Learner | None = None,
     ):
         """`config`: the algorithm's typed config (its `Config`, built from the `algo` node); the
-        other arguments are the builder's. `model`: the module to learn, when it is not
-        `policy_spec.build()` (a multi-agent algorithm's set of its learners' policies)."""
-        torch.manual_seed(seed)
+        other arguments are the builder's. `learner`: what owns its update (rlpar.learning.learner),
+        which built and seeded the model; None: the algorithm learns itself, a torch model of
+        `policy_spec` (or `model`, a multi-agent algorithm's set of its learners' policies)."""
         self.config = config
         self.sampler = sampler
         self.policy_spec = policy_spec
         self.total_steps = total_steps
-        self.device = torch.device(device)
-        self.model = (policy_spec.build() if model is None else model).to(self.device)
-        self.parameters = list(self.model.parameters())
+        if learner is None:
+            torch.manual_seed(seed)
+            self.device = torch.device(device)
+            self.model = (policy_spec.build() if model is None else model).to(self.device)
+            self.parameters = list(self.model.parameters())
+        else:
+            self.device = learner.device
+            self.model = learner.model  # the same module: what acting, evaluation and the Trainer read
+        self.learner: Any = self if learner is None else learner
         self.version = 0  # updates so far: the policy version that acting data carries
         self.steps_seen = 0
         self.reward_scale = config.reward_scale
         self.reward_clip = config.reward_clip
         self.reward_normalizer = RewardNormalizer(gamma=config.gamma, enabled=config.normalize_rewards is True)
+
+    def __getattr__(self, name: str):
+        """What the algorithm's learner holds (its optimiser, gradient steps, `learn`), read
+        through the algorithm as before the split (the Trainer, tests and tools read them)."""
+        learner = self.__dict__.get("learner")
+        if learner is None or learner is self:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(learner, name)
 
     @abstractmethod
     def training_step(self) -> StepResult: ...
@@ -233,14 +276,7 @@ class Algorithm(ABC):
         """The rewards the losses see: clipped to [-reward_clip, reward_clip], divided by the
         running return's standard deviation (`normalize_rewards`), times `reward_scale`. Call once
         per arriving batch: it advances the running statistics. Logged returns stay raw."""
-        rewards = self.reward_normalizer(
-            clip_rewards(batch.rewards, self.reward_clip),
-            env_ids=batch.env_ids,
-            terminated=batch.terminated,
-            truncated=batch.truncated,
-            valid=batch.valid,
-        )
-        return rewards * np.float32(self.reward_scale)
+        return learning_rewards(batch, self.reward_normalizer, clip=self.reward_clip, scale=self.reward_scale)
 
     def set_optimizer(
         self, optimizer, *, max_grad_norm: float, max_consecutive_nonfinite: int, precision: str = "fp32"
@@ -271,19 +307,15 @@ class Algorithm(ABC):
         once, `learn` takes the gradient steps (by every learner, `self.peers`), `finish_update`
         ends it; the update's diagnostics."""
         inputs = self.learning_inputs(batch)
-        stats = self.peers.learn(self, inputs)
+        stats = self.peers.learn(self.learner, inputs)
         return {**stats, "lr": inputs["lr"], **self.finish_update(batch, inputs["returns"])}
 
     def finish_update(self, batch: Batch, returns) -> dict:
         """What ends every on-policy update, after its gradient steps: the observation statistics
         take in the batch's raw observations, the policy version advances, and the critic's
         explained variance (of the acting values against the targets) is measured."""
-        moments = raw_obs_moments(batch)
-        if moments is not None:
-            self.model.obs_normalizer.update(*moments)
+        explained = take_in_batch(self.model, batch, returns)
         self.version += 1
-        keep = batch.valid.reshape(-1)
-        explained = explained_variance(batch.values.reshape(-1)[keep], returns.reshape(-1)[keep])
         return {"explained_variance": explained, "policy_version": self.version}
 
     def on_joining_peers(self) -> None:
@@ -293,37 +325,21 @@ class Algorithm(ABC):
     def count_steps(self, batch: Batch) -> float:
         """The batch's steps counted as seen; the learning rate they bring (`self.lr`), set."""
         self.steps_seen += batch.num_steps
-        return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+        return self.learner.set_learning_rate(self.steps_seen)
 
-    def step_on_valid_steps(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None = None):
-        """One gradient step on the valid steps of `inputs`' arrays `names` (the whole batch, or
-        with peers this learner's environment columns of it); the loss's parts. A recurrent
-        model's step takes pieces of `sequence_length` steps (None: whole rollouts), each
-        unrolled from its stored state (rlpar.learning.estimators.sequences), so the loss sees the valid
-        steps through the memory that acted on them. The parts are the whole batch's."""
-        self.peers.receive(self.model, self.optimizer, inputs["lr"])
-        _, parts = self.gradient_step(**self.learning_tensors(inputs, names, sequence_length=sequence_length))
-        self.gradient_step.settle()
-        return self.peers.mean(parts, samples=int(np.count_nonzero(inputs["valid"])))
-
-    def learning_tensors(self, inputs: dict, names: tuple[str, ...], *, sequence_length: int | None) -> dict:
-        """`inputs`' arrays `names` ([T, E] time-major) as what losses take: the flat valid steps;
-        for a recurrent model, [L, P] pieces of `sequence_length` steps (None: whole rollouts)
-        with their `valid` steps and stored `initial_state` (rlpar.learning.estimators.sequences)."""
-        return step_tensors(
-            {name: inputs[name] for name in names},
-            valid=inputs["valid"],
-            states=inputs["states"],
-            length=sequence_length,
-            device=self.device,
-            recurrent=self.model.recurrent,
-        )
+    def set_learning_rate(self, steps_seen: int) -> float:
+        """An algorithm that learns itself: its rate after `steps_seen` env steps, set."""
+        return self.lr.apply(self.optimizer, steps_seen=steps_seen, total_steps=self.total_steps)
 
     def state_dict(self) -> dict:
-        """Weights, optimiser state and counters; an algorithm with more state extends both."""
+        """Weights, optimiser state (its learner's) and counters; an algorithm with more state extends both."""
+        learner = (
+            {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer)}
+            if self.learner is self
+            else self.learner.state_dict()
+        )
         return {
-            "model": self.model.state_dict(),
-            "optimizer": optimizer_state(self.optimizer),
+            **learner,
             "version": self.version,
             "steps_seen": self.steps_seen,
             "reward_normalizer": self.reward_normalizer.state_dict(),
@@ -331,8 +347,11 @@ class Algorithm(ABC):
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        load_optimizer_state(self.optimizer, state["optimizer"])
+        if self.learner is self:
+            self.model.load_state_dict(state["model"])
+            load_optimizer_state(self.optimizer, state["optimizer"])
+        else:
+            self.learner.load_state_dict(state)
         self.version = int(state["version"])
         self.steps_seen = int(state["steps_seen"])
         if "reward_normalizer" in state:  # absent from checkpoints written before it existed

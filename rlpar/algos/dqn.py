@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from rlpar.algos.replay_learner import ReplayLearner, ReplayLearnerConfig, as_tensor
+from rlpar.learning.learner import Learner
 from rlpar.learning.losses.q_targets import q_targets, weighted_huber
 from rlpar.learning.losses.r2d2 import sequence_q_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
@@ -52,30 +54,20 @@ class DQNConfig(ReplayLearnerConfig):
     sequence_length: int = integer(16, low=1)
 
 
-class DQN(ReplayLearner):
-    Config = DQNConfig
-    loss_names = ("loss_q", "td_error_mean", "q_mean")
-    model_kind = "q_network"
-    action_spaces = ("Discrete",)
-    data_parallel = True
-    input_layout = "rows"  # each learner learns contiguous rows of every minibatch
-    recurrent_policies = True
+class DQNLearner(Learner):
+    """DQN's update: gradient steps of the (double) Q-learning loss on replayed minibatches (or a
+    recurrent Q-network's sequences), the target network refreshed as each step makes it due."""
 
-    def __init__(self, config: DQNConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    input_layout = "rows"  # each learner learns contiguous rows of every minibatch
+
+    def __init__(self, config: DQNConfig, *, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled);
         `burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
+        super().__init__(policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
         self.recurrent = policy_spec.recurrent is not None
-        self.burn_in, self.sequence_length = config.burn_in, config.sequence_length
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            steps_per_item=config.sequence_length // 2 if self.recurrent else 1,
-        )
+        self.burn_in, self.n_step, self.gamma = config.burn_in, config.n_step, config.gamma
+        self.batch_size = config.batch_size
         self.set_optimizer(
             adam(self.parameters, lr=config.lr, eps=1e-5),
             max_grad_norm=config.max_grad_norm,
@@ -85,11 +77,7 @@ class DQN(ReplayLearner):
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.target_update_every, self.tau, self.double_q = config.target_update_every, config.tau, config.double_q
-        self.epsilon_start, self.epsilon_end, self.exploration_steps = (
-            config.epsilon_start,
-            config.epsilon_end,
-            config.exploration_steps,
-        )
+        self.gradient_steps = 0
         self.compiled = compile_setting(
             config.compile,
             expected_gradient_steps=int(config.replay_ratio * total_steps),
@@ -101,43 +89,6 @@ class DQN(ReplayLearner):
         self.gradient_step = gradient_step(
             loss, model=self.model, guard=self.step, compiled=self.compiled, switch=config.compile_switch
         )
-
-    def build_replay(self) -> None:
-        """Transitions (ReplayLearner's), or a recurrent Q-network's sequences."""
-        if not self.recurrent:
-            return super().build_replay()
-        spec = self.policy_spec
-        self.use_replay(
-            sequence_fields(
-                obs_dim=spec.obs_dim,
-                obs_dtype=spec.obs_dtype,
-                state_size=spec.state_size,
-                burn_in=self.burn_in,
-                length=self.sequence_length,
-            ),
-            SequenceWriter(burn_in=self.burn_in, length=self.sequence_length),
-        )
-
-    # -- acting -----------------------------------------------------------------------------
-    def epsilon(self) -> float:
-        return (
-            linear_schedule(
-                self.epsilon_start - self.epsilon_end,
-                steps_seen=self.steps_seen,
-                total_steps=self.exploration_steps,
-                min_fraction=0.0,
-            )
-            + self.epsilon_end
-        )
-
-    def get_weights(self) -> dict:
-        return {**super().get_weights(), "epsilon": np.float64(self.epsilon())}
-
-    def exploration_metrics(self) -> dict:
-        return {"epsilon": self.epsilon()}
-
-    def writer_extras(self, batch) -> dict:
-        return {"states": batch.states} if self.recurrent else {}
 
     def learn(self, inputs: dict) -> dict:
         """The gradient steps on `inputs`' minibatches (whole, or with peers this learner's
@@ -188,10 +139,83 @@ class DQN(ReplayLearner):
         elif self.gradient_steps % self.target_update_every == 0:
             self.target_model.load_state_dict(self.model.state_dict())
 
-    # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {**super().state_dict(), "target_model": self.target_model.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.target_model.load_state_dict(state["target_model"])
+
+
+class DQN(ReplayLearner):
+    """One iteration: act ε-greedily with the newest weights, the rollout into the replay, the
+    replay ratio's minibatches learned by its learner (rlpar.algos.replay_learner), weights out."""
+
+    Config = DQNConfig
+    learner_class: type[DQNLearner] = DQNLearner
+    loss_names = ("loss_q", "td_error_mean", "q_mean")
+    model_kind = "q_network"
+    action_spaces = ("Discrete",)
+    data_parallel = True
+    recurrent_policies = True
+
+    def __init__(self, config: DQNConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        """`burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
+        self.recurrent = policy_spec.recurrent is not None
+        self.burn_in, self.sequence_length = config.burn_in, config.sequence_length
+        make_learner = partial(
+            self.learner_class, config, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
+        )
+        super().__init__(
+            config,
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            steps_per_item=config.sequence_length // 2 if self.recurrent else 1,
+            learner=make_learner(),
+        )
+        self.make_learner = make_learner
+        self.epsilon_start, self.epsilon_end, self.exploration_steps = (
+            config.epsilon_start,
+            config.epsilon_end,
+            config.exploration_steps,
+        )
+
+    def build_replay(self) -> None:
+        """Transitions (ReplayLearner's), or a recurrent Q-network's sequences."""
+        if not self.recurrent:
+            return super().build_replay()
+        spec = self.policy_spec
+        self.use_replay(
+            sequence_fields(
+                obs_dim=spec.obs_dim,
+                obs_dtype=spec.obs_dtype,
+                state_size=spec.state_size,
+                burn_in=self.burn_in,
+                length=self.sequence_length,
+            ),
+            SequenceWriter(burn_in=self.burn_in, length=self.sequence_length),
+        )
+
+    # -- acting -----------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        return (
+            linear_schedule(
+                self.epsilon_start - self.epsilon_end,
+                steps_seen=self.steps_seen,
+                total_steps=self.exploration_steps,
+                min_fraction=0.0,
+            )
+            + self.epsilon_end
+        )
+
+    def get_weights(self) -> dict:
+        return {**super().get_weights(), "epsilon": np.float64(self.epsilon())}
+
+    def exploration_metrics(self) -> dict:
+        return {"epsilon": self.epsilon()}
+
+    def writer_extras(self, batch) -> dict:
+        return {"states": batch.states} if self.recurrent else {}

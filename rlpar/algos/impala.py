@@ -16,6 +16,7 @@ from the state stored at its start, with the resets at episode ends inside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
 from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
@@ -46,25 +48,25 @@ class IMPALAConfig(ActorCriticConfig):
     batches_per_update: int = integer(1, low=1)  # worker rollouts per gradient step
 
 
-class IMPALA(Algorithm):
-    Config = IMPALAConfig
-    sync_mode = "non_blocking"
-    max_policy_lag = None
-    data_parallel = True
-    recurrent_policies = True
+class IMPALALearner(Learner):
+    """IMPALA's update: one gradient step of the V-trace actor-critic loss on a batch's
+    prepared targets and advantages."""
 
-    def __init__(self, config: IMPALAConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    def __init__(
+        self,
+        config: IMPALAConfig,
+        *,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        batch_steps: int,
+    ):
         """`compile`: the whole gradient step with torch.compile, for every batch size (the
         valid steps of a batch vary) (rlpar.learning.optimization.compiled), used from gradient step
-        `compile_switch` on (or `ready`: as soon as it is compiled)."""
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-        )
+        `compile_switch` on (or `ready`: as soon as it is compiled). `batch_steps`: the steps of
+        one gradient step's batch."""
+        super().__init__(policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
         self.set_optimizer(
             adam(self.parameters, lr=config.lr, eps=1e-5),
             max_grad_norm=config.max_grad_norm,
@@ -72,15 +74,7 @@ class IMPALA(Algorithm):
             precision=config.precision,
         )
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
-        self.vtrace: dict[str, Any] = dict(
-            gamma=config.gamma,
-            vtrace_lambda=config.vtrace_lambda,
-            clip_rho_threshold=config.clip_rho_threshold,
-            clip_c_threshold=config.clip_c_threshold,
-        )
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
-        self.batches_per_update = config.batches_per_update
-        batch_steps = max(sampler.rollout_length * sampler.worker_envs * config.batches_per_update, 1)
         self.compiled = compile_setting(
             config.compile,
             expected_gradient_steps=total_steps // batch_steps,
@@ -96,26 +90,6 @@ class IMPALA(Algorithm):
             dynamic=True,
             switch=config.compile_switch,
         )
-
-    def training_step(self) -> StepResult:
-        return self.sample_and_update(min_rollouts=self.batches_per_update)
-
-    def learning_inputs(self, batch) -> dict:
-        """V-trace targets and advantages of the whole batch, time-major [T, E], with the
-        learning rate: per environment column, done once (by the learner that samples, in a learner group)."""
-        lr = self.count_steps(batch)
-        with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
-            inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
-        vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
-        return {
-            "obs": batch.obs,
-            "actions": batch.actions,
-            "pg_advantages": pg_advantages,
-            "returns": vs,
-            "valid": batch.valid,
-            "states": batch.states,
-            "lr": lr,
-        }
 
     def learn(self, inputs: dict) -> dict:
         """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
@@ -139,3 +113,63 @@ class IMPALA(Algorithm):
         v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()
         return p_loss + self.value_coef * v_loss - self.entropy_coef * entropy, torch.stack((p_loss, v_loss, entropy))
+
+
+class IMPALA(Algorithm):
+    """One iteration: the rollouts that arrived, their V-trace targets (`learning_inputs`, once,
+    with the learner's current model), the learner's gradient step, the update's end."""
+
+    Config = IMPALAConfig
+    learner_class: type[IMPALALearner] = IMPALALearner
+    sync_mode = "non_blocking"
+    max_policy_lag = None
+    data_parallel = True
+    recurrent_policies = True
+
+    def __init__(self, config: IMPALAConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        make_learner = partial(
+            self.learner_class,
+            config,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            batch_steps=max(sampler.rollout_length * sampler.worker_envs * config.batches_per_update, 1),
+        )
+        super().__init__(
+            config,
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            learner=make_learner(),
+        )
+        self.make_learner = make_learner
+        self.vtrace: dict[str, Any] = dict(
+            gamma=config.gamma,
+            vtrace_lambda=config.vtrace_lambda,
+            clip_rho_threshold=config.clip_rho_threshold,
+            clip_c_threshold=config.clip_c_threshold,
+        )
+        self.batches_per_update = config.batches_per_update
+
+    def training_step(self) -> StepResult:
+        return self.sample_and_update(min_rollouts=self.batches_per_update)
+
+    def learning_inputs(self, batch) -> dict:
+        """V-trace targets and advantages of the whole batch, time-major [T, E], with the
+        learning rate: per environment column, done once (by the learner that samples, in a learner group)."""
+        lr = self.count_steps(batch)
+        with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
+            inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
+        vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
+        return {
+            "obs": batch.obs,
+            "actions": batch.actions,
+            "pg_advantages": pg_advantages,
+            "returns": vs,
+            "valid": batch.valid,
+            "states": batch.states,
+            "lr": lr,
+        }

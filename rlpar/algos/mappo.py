@@ -2,7 +2,7 @@
 
 Rows of a batch are agents (rlpar/envs/pettingzoo.py), and agents map to policies
 (`env.policies`: one shared policy, or one per group). Each policy is learned by its own PPO
-learner (rlpar.algos.ppo) from its agents' columns: its own optimiser, statistics, metrics
+learner (rlpar.algos.ppo.PPOLearner) from its agents' columns: its own optimiser, statistics, metrics
 (`<policy>/...`) and checkpoint section. One iteration: act with every policy -> each policy's
 columns -> GAE and minibatch epochs per policy -> new weights for all.
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlpar.algos.base import Algorithm, AlgorithmConfig, StepResult
-from rlpar.algos.ppo import PPO, PPOConfig
-from rlpar.learning.peers import BatchShape
+from rlpar.algos.base import Algorithm, AlgorithmConfig, StepResult, learning_rewards, take_in_batch
+from rlpar.algos.ppo import PPOConfig, PPOLearner, ppo_inputs
+from rlpar.learning.estimators.reward_normalizer import RewardNormalizer
 from rlpar.models.modules.policy_set import PolicySet
 from rlpar.typed_config import integer, override
 
@@ -34,24 +34,22 @@ from rlpar.typed_config import integer, override
 @dataclass(frozen=True, kw_only=True)
 class IPPOConfig(PPOConfig):
     """PPO's keys, which every policy's learner takes, with the minibatches counted rather than
-    sized: a policy's share of the batch depends on its agents (each learner sizes its
-    minibatches from it: PolicyLearner), and feed-forward policies only (no sequence pieces)."""
+    sized: a policy's share of the batch depends on its agents (each update sizes its
+    minibatches from it: IPPO.policy_update), and feed-forward policies only (no sequence pieces)."""
 
     minibatches: int = integer(8, low=1)  # per epoch, each policy's batch cut into this many (num_mini_batch)
     minibatch_size: int = override(PPOConfig, "minibatch_size", 64, fixed=True)
     sequence_length: int | None = override(PPOConfig, "sequence_length", None, fixed=True)
 
 
-class PolicyLearner(PPO):
-    """One policy's PPO learner in IPPO and MAPPO: it learns its agents' columns of each batch in
-    `minibatches` minibatches an epoch, however many valid steps they hold."""
+@dataclass
+class PolicyCounts:
+    """What one policy's updates advance besides its learner: its agents' env steps (its learning
+    rate anneals over them), its updates, and its rewards' running statistics."""
 
-    def __init__(self, config: IPPOConfig, **built):
-        super().__init__(config, **built)
-        self.minibatches = config.minibatches
-
-    def minibatch_size_for(self, steps: int) -> int:
-        return max(steps // self.minibatches, 1)
+    reward_normalizer: RewardNormalizer
+    steps_seen: int = 0
+    version: int = 0
 
 
 class IPPO(Algorithm):
@@ -70,18 +68,20 @@ class IPPO(Algorithm):
         """`config`: PPO's keys, for each policy's learner, and `minibatches`. `total_steps` are
         environment steps; a policy's learner counts its agents' steps (its learning rate
         anneals over its share)."""
-        self.learners: dict[str, PolicyLearner] = {}
+        self.learners: dict[str, PPOLearner] = {}
+        self.counts: dict[str, PolicyCounts] = {}
         for p, (name, spec) in enumerate(policy_spec.policies):
             agents = policy_spec.policy_of.count(p)
-            self.learners[name] = PolicyLearner(  # a learner that never samples: told its batches' shape
+            self.learners[name] = PPOLearner(
                 config,
-                sampler=BatchShape(
-                    rollout_length=sampler.rollout_length, num_envs=len(policy_spec.rows_of(p, sampler.num_envs))
-                ),
                 policy_spec=spec,
                 total_steps=total_steps * agents,
                 seed=seed + p,
                 device=device,
+                batch_steps=sampler.rollout_length * len(policy_spec.rows_of(p, sampler.num_envs)),
+            )
+            self.counts[name] = PolicyCounts(
+                RewardNormalizer(gamma=config.gamma, enabled=config.normalize_rewards is True)
             )
         policies = PolicySet({name: learner.model for name, learner in self.learners.items()})
         super().__init__(  # the learners see the rewards; the set itself keeps no statistics of them
@@ -94,6 +94,7 @@ class IPPO(Algorithm):
             model=policies,
         )
         self.optimizer = None  # each learner keeps its own
+        self.policy_config = config
 
     def training_step(self) -> StepResult:
         full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"  # as PPO's
@@ -107,9 +108,8 @@ class IPPO(Algorithm):
         """Each policy's PPO update on its agents' columns; their diagnostics under `<policy>/`."""
         metrics, columns = {}, batch.rewards.shape[1]
         for p, (name, learner) in enumerate(self.learners.items()):
-            spec = learner.policy_spec
-            part = batch.columns(self.policy_spec.rows_of(p, columns), obs_width=spec.obs_dim)
-            stats = learner.update(part)
+            part = batch.columns(self.policy_spec.rows_of(p, columns), obs_width=learner.policy_spec.obs_dim)
+            stats = self.policy_update(learner, self.counts[name], part)
             if part.episode_returns:
                 stats["agent_return_mean"] = float(np.mean(part.episode_returns))
             metrics.update({f"{name}/{key}": value for key, value in stats.items()})
@@ -123,11 +123,42 @@ class IPPO(Algorithm):
             metrics["team_length_mean"] = float(np.mean(batch.team_lengths))
         return metrics
 
+    def policy_update(self, learner: PPOLearner, counts: PolicyCounts, part) -> dict:
+        """One policy's PPO update on its agents' columns `part`, as PPO's own: its inputs (in
+        `minibatches` minibatches an epoch, however many valid steps its agents hold), its
+        learner's epochs, the update's end; its diagnostics."""
+        config = self.policy_config
+        counts.steps_seen += part.num_steps
+        lr = learner.set_learning_rate(counts.steps_seen)
+        rewards = learning_rewards(part, counts.reward_normalizer, clip=config.reward_clip, scale=config.reward_scale)
+        inputs = ppo_inputs(
+            learner,
+            part,
+            rewards,
+            lr=lr,
+            gamma=config.gamma,
+            gae_lambda=config.gae_lambda,
+            lagged=part.policy_version < counts.version,
+            minibatch_size=max(int(part.valid.sum()) // config.minibatches, 1),
+        )
+        stats = learner.learn(inputs)
+        explained = take_in_batch(learner.model, part, inputs["returns"])
+        counts.version += 1
+        return {**stats, "lr": lr, "explained_variance": explained, "policy_version": counts.version}
+
     def state_dict(self) -> dict:
         """A section per policy (its weights, optimiser, statistics and shuffles)."""
         return {
             "version": self.version,
-            "policies": {name: learner.state_dict() for name, learner in self.learners.items()},
+            "policies": {
+                name: {
+                    **learner.state_dict(),
+                    "version": self.counts[name].version,
+                    "steps_seen": self.counts[name].steps_seen,
+                    "reward_normalizer": self.counts[name].reward_normalizer.state_dict(),
+                }
+                for name, learner in self.learners.items()
+            },
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -138,7 +169,11 @@ class IPPO(Algorithm):
                 f"{sorted(self.learners)} (env.policies changed?)"
             )
         for name, learner in self.learners.items():
-            learner.load_state_dict(state["policies"][name])
+            section, counts = state["policies"][name], self.counts[name]
+            learner.load_state_dict(section)
+            counts.version, counts.steps_seen = int(section["version"]), int(section["steps_seen"])
+            if "reward_normalizer" in section:  # absent from checkpoints written before it existed
+                counts.reward_normalizer.load_state_dict(section["reward_normalizer"])
         self.version = int(state["version"])
 
 

@@ -10,6 +10,7 @@ whole pieces (rlpar.learning.estimators.sequences).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from rlpar.learning.estimators.sequences import (
     sequence_stats,
     valid_steps,
 )
+from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
@@ -52,24 +54,26 @@ class PPOConfig(ActorCriticConfig):
         return super().config_problems(config) + minibatch_problems(config)
 
 
-class PPO(Algorithm):
-    Config = PPOConfig
-    data_parallel = True
-    input_layout = "columns+minibatches"  # each learner's columns and its rows of every minibatch
-    recurrent_policies = True
+class PPOLearner(Learner):
+    """PPO's update: minibatch epochs of the clipped objective on a batch's prepared inputs."""
 
-    def __init__(self, config: PPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    input_layout = "columns+minibatches"  # each learner's columns and its rows of every minibatch
+    rng: np.random.Generator
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        *,
+        policy_spec,
+        total_steps: int,
+        seed: int,
+        device: str = "cpu",
+        batch_steps: int,
+    ):
         """`compile`: the whole minibatch step with torch.compile (rlpar.learning.optimization.compiled),
         used from gradient step `compile_switch` on (or `ready`: as soon as it is compiled).
-        `sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-        )
+        `batch_steps`: the steps of one update's batch (rollout_length x environments)."""
+        super().__init__(policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
         self.set_optimizer(
             adam(self.parameters, lr=config.lr, eps=1e-5),
             max_grad_norm=config.max_grad_norm,
@@ -77,15 +81,14 @@ class PPO(Algorithm):
             precision=config.precision,
         )
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
-        self.gamma, self.gae_lambda = config.gamma, config.gae_lambda
         self.clip, self.value_clip = config.clip, config.value_clip
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
-        self.epochs, self.minibatch_size = config.epochs, config.minibatch_size
+        self.epochs = config.epochs
         self.normalize_advantages = config.normalize_advantages
         self.target_kl = config.target_kl
         self.sequence_length = config.sequence_length
         self.value_norm = getattr(self.model, "value_normalizer", None) is not None
-        self.rng = np.random.default_rng([seed, 2])
+        self.rng = np.random.default_rng([seed, 2])  # each epoch's shuffle (drawn by its algorithm)
         self.compiled = compile_setting(
             config.compile,
             expected_gradient_steps=total_steps * config.epochs // config.minibatch_size,
@@ -96,7 +99,6 @@ class PPO(Algorithm):
         # Compiled, 4 minibatch steps per graph: 274 -> 199 us a step (benchmarks/learner_step.py).
         # A minibatch as large as the batch is the batch's valid steps, whose count varies: then
         # one step per graph, compiled for any size.
-        batch_steps = sampler.rollout_length * sampler.num_envs
         whole_batch = batch_steps <= config.minibatch_size
         self.gradient_step = gradient_step(
             self.minibatch_loss,
@@ -108,52 +110,11 @@ class PPO(Algorithm):
             switch=config.compile_switch,
         )
 
-    def training_step(self) -> StepResult:
-        # non_blocking: the workers sample on while the learner updates, and an update still
-        # takes a full batch (a rollout from every worker's worth), so the batch size is the same
-        # in both modes; lagging rollouts are dropped (max_policy_lag)
-        full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"
-        return self.sample_and_update(min_rollouts=self.sampler.num_rollout_workers if full_batch else 1)
-
-    def learning_inputs(self, batch) -> dict:
-        """What the gradient steps take from a batch, time-major [T, E], with the learning rate:
-        the part of an update that reads the whole batch and advances running statistics
-        (steps seen, rewards), done once (by the learner that samples, in a learner group)."""
-        lr = self.count_steps(batch)
-        advantages, returns = compute_gae(
-            **advantage_inputs(batch, self.learning_rewards(batch)), gamma=self.gamma, gae_lambda=self.gae_lambda
-        )
-        if self.value_norm:  # the targets' statistics, before the epochs that learn them
-            targets = returns[batch.valid].astype(np.float64)
-            self.model.value_normalizer.update(targets.mean(keepdims=True), targets.var(keepdims=True), targets.size)
-        # each epoch's shuffle (of valid steps, or of a recurrent policy's pieces), drawn here: in
-        # a learner group, every learner learns its part of the same minibatches
-        steps, envs = batch.valid.shape
-        size = piece_count(steps, envs, self.sequence_length) if self.model.recurrent else int(batch.valid.sum())
-        return {
-            "obs": batch.obs,
-            "actions": batch.actions,
-            "old_logp": batch.logp,
-            "old_values": batch.values,
-            "advantages": advantages,
-            "returns": returns,
-            "valid": batch.valid,
-            "states": batch.states,
-            "lr": lr,
-            "lagged": batch.policy_version < self.version,
-            "orders": [self.rng.permutation(size) for _ in range(self.epochs)],
-            "minibatch_size": self.minibatch_size_for(int(batch.valid.sum())),
-        }
-
-    def minibatch_size_for(self, steps: int) -> int:
-        """The minibatch size of an update of `steps` valid steps: `minibatch_size`."""
-        return self.minibatch_size
-
     def learn(self, inputs: dict) -> dict:
         """The gradient steps of one update on time-major [T, E] inputs: the whole batch, or in a
         learner group this learner's environment columns of it (`input_layout`). Everything
         that reads the whole batch or keeps running statistics (rewards, GAE, the observation
-        normaliser) happened before, where the batch was sampled."""
+        normaliser) happened before, where the batch was sampled (PPO.learning_inputs)."""
         self.peers.receive(self.model, self.optimizer, inputs["lr"])
         data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
         data["behaviour_weights"] = torch.ones_like(data["old_logp"])
@@ -178,17 +139,12 @@ class PPO(Algorithm):
             data["old_logp"] = data["old_logp"].clone()
             data["old_logp"][valid] = current_logp
 
-    def optimise(self, data: dict, inputs: dict | None = None) -> dict:
+    def optimise(self, data: dict, inputs: dict) -> dict:
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
         and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
         once per epoch or update from detached log-probabilities, not in every step.
         `inputs`: the shuffles and the minibatch size (and with peers this learner's minibatch
-        shares); None: drawn here."""
-        if inputs is None:
-            inputs = {
-                "orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)],
-                "minibatch_size": self.minibatch_size,
-            }
+        shares)."""
         losses, samples, epoch_stats = [], [], []
         for epoch in range(self.epochs):
             new_logps, old_logps = [], []
@@ -291,3 +247,103 @@ class PPO(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.rng.bit_generator.state = state["rng"]
+
+
+class PPO(Algorithm):
+    """One iteration: a batch, its advantages and shuffles (`learning_inputs`, once), the
+    learner's epochs on them (by every learner, `self.peers`), the update's end."""
+
+    Config = PPOConfig
+    learner_class: type[PPOLearner] = PPOLearner
+    data_parallel = True
+    recurrent_policies = True
+
+    def __init__(self, config: PPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        """`sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
+        make_learner = partial(
+            self.learner_class,
+            config,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            batch_steps=sampler.rollout_length * sampler.num_envs,
+        )
+        super().__init__(
+            config,
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            learner=make_learner(),
+        )
+        self.make_learner = make_learner
+        self.gamma, self.gae_lambda = config.gamma, config.gae_lambda
+        self.minibatch_size = config.minibatch_size
+
+    def training_step(self) -> StepResult:
+        # non_blocking: the workers sample on while the learner updates, and an update still
+        # takes a full batch (a rollout from every worker's worth), so the batch size is the same
+        # in both modes; lagging rollouts are dropped (max_policy_lag)
+        full_batch = getattr(self.sampler, "sync_mode", "blocking") == "non_blocking"
+        return self.sample_and_update(min_rollouts=self.sampler.num_rollout_workers if full_batch else 1)
+
+    def learning_inputs(self, batch) -> dict:
+        """What the gradient steps take from a batch (`ppo_inputs`): the part of an update that
+        reads the whole batch and advances running statistics (steps seen, rewards), done once
+        (by the learner that samples, in a learner group)."""
+        lr = self.count_steps(batch)
+        return ppo_inputs(
+            self.learner,
+            batch,
+            self.learning_rewards(batch),
+            lr=lr,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            lagged=batch.policy_version < self.version,
+            minibatch_size=self.minibatch_size_for(int(batch.valid.sum())),
+        )
+
+    def minibatch_size_for(self, steps: int) -> int:
+        """The minibatch size of an update of `steps` valid steps: `minibatch_size`."""
+        return self.minibatch_size
+
+
+def ppo_inputs(
+    learner: PPOLearner,
+    batch,
+    rewards,
+    *,
+    lr: float,
+    gamma: float,
+    gae_lambda: float,
+    lagged: bool,
+    minibatch_size: int,
+) -> dict:
+    """What `learner`'s gradient steps take from a batch, time-major [T, E], with the learning
+    rate `lr`: GAE advantages and returns of the learning `rewards`, the value normaliser's
+    statistics of the returns (before the epochs that learn them), and each epoch's shuffle (of
+    valid steps, or of a recurrent policy's pieces), drawn here from the learner's generator: in
+    a learner group, every learner learns its part of the same minibatches."""
+    advantages, returns = compute_gae(**advantage_inputs(batch, rewards), gamma=gamma, gae_lambda=gae_lambda)
+    model = learner.model
+    if learner.value_norm:
+        targets = returns[batch.valid].astype(np.float64)
+        model.value_normalizer.update(targets.mean(keepdims=True), targets.var(keepdims=True), targets.size)
+    steps, envs = batch.valid.shape
+    size = piece_count(steps, envs, learner.sequence_length) if model.recurrent else int(batch.valid.sum())
+    return {
+        "obs": batch.obs,
+        "actions": batch.actions,
+        "old_logp": batch.logp,
+        "old_values": batch.values,
+        "advantages": advantages,
+        "returns": returns,
+        "valid": batch.valid,
+        "states": batch.states,
+        "lr": lr,
+        "lagged": lagged,
+        "orders": [learner.rng.permutation(size) for _ in range(learner.epochs)],
+        "minibatch_size": minibatch_size,
+    }

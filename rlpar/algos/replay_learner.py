@@ -3,8 +3,9 @@ go into the replay, and once `learning_starts` env steps are in, `replay_ratio` 
 per env step on minibatches drawn from it.
 
 The replay follows each global environment id, so rollouts may arrive from any worker in any
-order. A subclass says how a minibatch is learned (`learn`: the gradient steps, their |TD
-errors| and the diagnostics it names in `loss_names`) and may replace the replay's parts
+order. A subclass's learner says how a minibatch is learned (its `learn`: the gradient steps,
+their |TD errors| and the diagnostics the algorithm names in `loss_names`); the algorithm may
+replace the replay's parts
 (`build_replay`) or, with rlpar.algos.sharded_replay, keep it in shards.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from rlpar.algos.base import Algorithm, LearnerConfig, StepResult
+from rlpar.learning.learner import Learner
 from rlpar.replay.frames import replay_storage
 from rlpar.replay.nstep import NStepWriter
 from rlpar.replay.samplers import PrioritizedSampler, UniformSampler
@@ -53,9 +55,11 @@ class ReplayLearner(Algorithm):
         seed: int,
         device: str = "cpu",
         steps_per_item: int = 1,
+        learner: Learner,
     ):
         """`steps_per_item`: env steps each replayed item brings (a transition 1, a recurrent
-        Q-network's sequence its period); `capacity` and `learning_starts` count env steps."""
+        Q-network's sequence its period); `capacity` and `learning_starts` count env steps.
+        `learner`: what owns the gradient steps and counts them (its `gradient_steps`)."""
         super().__init__(
             config,
             sampler=sampler,
@@ -63,6 +67,7 @@ class ReplayLearner(Algorithm):
             total_steps=total_steps,
             seed=seed,
             device=device,
+            learner=learner,
         )
         self.gamma, self.n_step, self.batch_size, self.replay_ratio = (
             config.gamma,
@@ -78,7 +83,6 @@ class ReplayLearner(Algorithm):
         # only where batches are sampled: a learner that learns rows drawn elsewhere keeps no replay
         self.sampler.when_sampling(self.build_replay)
         self.update_credit = 0.0  # gradient steps owed by the replay ratio
-        self.gradient_steps = 0
         self.updates = 0  # iterations that learned
         self.inserted = self.sampled = 0
         self.learned: list = []  # each gradient step's diagnostics (loss_names) since learning_stats
@@ -200,32 +204,24 @@ class ReplayLearner(Algorithm):
         kept for `learning_stats`, drawn as many at a time as the learners take
         (`self.peers.draws_at_once`): alone one, its priorities written back before the next is
         drawn; a learner group all of them, each learner learning its rows of each."""
-        lr = self.apply_learning_rate()
+        lr = self.learner.set_learning_rate(self.steps_seen)
         done = 0
         while steps is None or done < steps:
             most = self.peers.draws_at_once(None if steps is None else steps - done)
             wheres, inputs = self.learning_inputs(lr=lr, most=most)
             if not wheres:  # nothing (more) to replay now
                 break
-            learned = self.peers.learn(self, inputs)
+            learned = self.peers.learn(self.learner, inputs)
             for where, td_errors in zip(wheres, learned["td_errors"]):
                 self.report_priorities(where, td_errors)
             self.learned.extend(learned["losses"].unbind(0))
             done += len(wheres)
             self.sampled += self.batch_size * len(wheres)
-        self.settle_steps()
+        self.learner.settle_steps()
         if done:
             self.updates += 1
             if self.updates % self.weight_sync_interval == 0:
                 self.version += 1  # workers pick the new weights up with their next request
-
-    def apply_learning_rate(self) -> float:
-        """Set the optimiser's rate for the coming steps (`self.lr`, annealed or not); returns it."""
-        return self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
-
-    def settle_steps(self) -> None:
-        """Count the non-finite steps a compiled step skipped (CompiledStep.settle)."""
-        self.gradient_step.settle()
 
     # Not the on-policy template's learning_inputs(batch) (Algorithm.update): a replay learner's
     # update (learn_from_replay) draws its inputs from the replay.
@@ -247,9 +243,11 @@ class ReplayLearner(Algorithm):
 
     def learning_stats(self) -> dict:
         """Means over the gradient steps since the last call."""
-        stats = {"lr": self.optimizer.param_groups[0]["lr"], "gradient_steps": len(self.learned)}
+        stats = {"lr": self.learner.optimizer.param_groups[0]["lr"], "gradient_steps": len(self.learned)}
         if self.learned:
-            stats.update(zip(self.loss_names, torch.stack(self.learned).mean(0).tolist()), **self.step.metrics())
+            stats.update(
+                zip(self.loss_names, torch.stack(self.learned).mean(0).tolist()), **self.learner.step.metrics()
+            )
             self.learned = []
         stats.update(self.peers.metrics())
         return stats
@@ -271,7 +269,7 @@ class ReplayLearner(Algorithm):
             **super().state_dict(),
             "counters": {
                 "update_credit": self.update_credit,
-                "gradient_steps": self.gradient_steps,
+                "gradient_steps": self.learner.gradient_steps,
                 "updates": self.updates,
                 "inserted": self.inserted,
                 "sampled": self.sampled,
@@ -295,7 +293,7 @@ class ReplayLearner(Algorithm):
         super().load_state_dict(state)
         counters = state["counters"]
         self.update_credit = float(counters["update_credit"])
-        self.gradient_steps, self.updates = int(counters["gradient_steps"]), int(counters["updates"])
+        self.learner.gradient_steps, self.updates = int(counters["gradient_steps"]), int(counters["updates"])
         self.inserted, self.sampled = int(counters["inserted"]), int(counters["sampled"])
         if "replay" in state:  # kept with `replay.checkpoint`
             self.storage.load_state_dict(state["replay"]["storage"])

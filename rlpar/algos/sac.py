@@ -22,12 +22,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
 
 from rlpar.algos.replay_learner import ReplayLearner, ReplayLearnerConfig, as_tensor
+from rlpar.learning.learner import Learner
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam, load_optimizer_state, optimizer_state, polyak
 from rlpar.learning.optimization.step import GuardedStep, LearningRate
@@ -49,22 +51,20 @@ class SACConfig(ReplayLearnerConfig):
     target_entropy: float | str = number("auto", also=("auto",))  # auto: -(action dimensions)
 
 
-class SAC(ReplayLearner):
-    Config = SACConfig
-    model_kind = "actor_q"
-    action_spaces = ("Box",)
-    gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)
-    loss_names: tuple[str, ...] = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
-    precisions = ("fp32", "bf16")
+class SACLearner(Learner):
+    """SAC's update: critic steps, delayed actor (and α) steps and Polyak-averaged target
+    critics, on minibatches its algorithm drew from the replay."""
 
-    def __init__(self, config: SACConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    input_layout = "rows"
+
+    def __init__(self, config: SACConfig, *, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         """`alpha`: the entropy coefficient α, auto (learned, from `initial_alpha`) or fixed;
         `max_grad_norm`: .inf, no clipping (as the reference implementations). `compile_switch`:
         each step's gradient step from which its compiled graph is used (rlpar.learning.optimization.compiled)."""
-        super().__init__(
-            config, sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
-        )
+        super().__init__(policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device)
+        self.batch_size = config.batch_size
         self.tau, self.policy_delay = config.tau, config.policy_delay
+        self.gradient_steps = 0
         self.learn_alpha = config.alpha == "auto"
         if self.model.temperature is not None:
             with torch.no_grad():
@@ -110,21 +110,6 @@ class SAC(ReplayLearner):
         )
         self.last_actor_stats = torch.zeros(3)  # the latest actor step's (loss, α, entropy), for delayed steps
 
-    # -- acting -----------------------------------------------------------------------------
-    def get_weights(self) -> dict:
-        """The actor's weights (workers need nothing else), how much to explore, and whether to
-        act uniformly at random (before `learning_starts`)."""
-        weights = {k: v.detach().cpu().numpy().copy() for k, v in self.model.actor.state_dict(prefix="actor.").items()}
-        return {**weights, "noise_scale": self.noise_scale(), "random_actions": self.steps_seen < self.learning_starts}
-
-    def noise_scale(self):
-        """SAC explores with its own Gaussian: scale 1."""
-        return 1.0
-
-    def exploration_metrics(self) -> dict:
-        return {"random_actions": float(self.steps_seen < self.learning_starts)}
-
-    # -- learning ---------------------------------------------------------------------------
     def alpha(self) -> torch.Tensor:
         return self.model.temperature().detach()
 
@@ -154,7 +139,7 @@ class SAC(ReplayLearner):
     def learn(self, inputs: dict) -> dict:
         """A critic step on each minibatch; an actor step every `policy_delay`-th; the targets
         refreshed as each step makes them due. Returns every row's |TD error| and each step's
-        diagnostics (loss_names)."""
+        diagnostics (its algorithm's loss_names)."""
         td_errors, losses = [], []
         for transitions, weights in zip(inputs["minibatches"], inputs["weights"]):
             data = {k: as_tensor(v, self.device) for k, v in transitions.items()}
@@ -171,16 +156,16 @@ class SAC(ReplayLearner):
         """Polyak averaging after every critic step."""
         polyak(self.target_critic, self.model.critic, self.tau)
 
-    def apply_learning_rate(self) -> float:
-        lr = self.lr.apply(self.optimizer, steps_seen=self.steps_seen, total_steps=self.total_steps)
+    def set_learning_rate(self, steps_seen: int) -> float:
+        lr = super().set_learning_rate(steps_seen)
         self.actor_optimizer.param_groups[0]["lr"] = lr
         return lr
 
     def settle_steps(self) -> None:
+        """Count the non-finite steps a compiled step skipped (CompiledStep.settle)."""
         self.critic_step.settle()
         self.actor_step.settle()
 
-    # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
             **super().state_dict(),
@@ -194,3 +179,45 @@ class SAC(ReplayLearner):
         load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
         self.target_critic.load_state_dict(state["target_critic"])
         self.last_actor_stats = state["last_actor_stats"]
+
+
+class SAC(ReplayLearner):
+    """One iteration: act with the newest actor, the rollout into the replay, the replay
+    ratio's minibatches learned by its learner (rlpar.algos.replay_learner), weights out."""
+
+    Config = SACConfig
+    learner_class: type[SACLearner] = SACLearner
+    model_kind = "actor_q"
+    action_spaces = ("Box",)
+    gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)
+    loss_names: tuple[str, ...] = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
+    precisions = ("fp32", "bf16")
+
+    def __init__(self, config: SACConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+        make_learner = partial(
+            self.learner_class, config, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
+        )
+        super().__init__(
+            config,
+            sampler=sampler,
+            policy_spec=policy_spec,
+            total_steps=total_steps,
+            seed=seed,
+            device=device,
+            learner=make_learner(),
+        )
+        self.make_learner = make_learner
+
+    # -- acting -----------------------------------------------------------------------------
+    def get_weights(self) -> dict:
+        """The actor's weights (workers need nothing else), how much to explore, and whether to
+        act uniformly at random (before `learning_starts`)."""
+        weights = {k: v.detach().cpu().numpy().copy() for k, v in self.model.actor.state_dict(prefix="actor.").items()}
+        return {**weights, "noise_scale": self.noise_scale(), "random_actions": self.steps_seen < self.learning_starts}
+
+    def noise_scale(self):
+        """SAC explores with its own Gaussian: scale 1."""
+        return 1.0
+
+    def exploration_metrics(self) -> dict:
+        return {"random_actions": float(self.steps_seen < self.learning_starts)}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpar.algos.sac import SAC, SACConfig
+from rlpar.algos.sac import SAC, SACConfig, SACLearner
 from rlpar.learning.optimization.optim import polyak
 from rlpar.typed_config import number, override
 
@@ -38,24 +38,16 @@ class TD3Config(SACConfig):
     target_entropy: float | str = override(SACConfig, "target_entropy", "auto", fixed=True)
 
 
-class TD3(SAC):
-    gaussian_actor = False
-    loss_names = ("loss_q", "td_error_mean", "q_mean", "loss_actor")
-    Config = TD3Config
+class TD3Learner(SACLearner):
+    """TD3's update: SAC's steps with a deterministic actor, target policy smoothing, and the
+    targets refreshed with the delayed actor steps."""
 
     def __init__(self, config: TD3Config, **built):
-        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
-        self.exploration_noise, self.target_noise, self.target_noise_clip = (
-            config.exploration_noise,
-            config.target_noise,
-            config.target_noise_clip,
-        )
+        """`built`: policy_spec, total_steps, seed, device (as SACLearner's)."""
+        self.target_noise, self.target_noise_clip = config.target_noise, config.target_noise_clip
         super().__init__(config, **built)
         self.target_actor = copy.deepcopy(self.model.actor).requires_grad_(False)
         self.last_actor_stats = torch.zeros(1)
-
-    def noise_scale(self):
-        return self.exploration_noise
 
     def critic_loss(self, obs, actions, rewards, next_obs, discounts, weights):
         with torch.no_grad():
@@ -86,3 +78,18 @@ class TD3(SAC):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.target_actor.load_state_dict(state["target_actor"])
+
+
+class TD3(SAC):
+    gaussian_actor = False
+    loss_names = ("loss_q", "td_error_mean", "q_mean", "loss_actor")
+    Config = TD3Config
+    learner_class = TD3Learner
+
+    def __init__(self, config: TD3Config, **built):
+        """`built`: what the builder passes every algorithm (sampler, policy_spec, total_steps, seed, device)."""
+        self.exploration_noise = config.exploration_noise
+        super().__init__(config, **built)
+
+    def noise_scale(self):
+        return self.exploration_noise

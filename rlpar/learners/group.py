@@ -1,9 +1,9 @@
-"""The learner group (`learners=N`): rank 0 is the driver's own algorithm, ranks 1..N-1 are Ray
-actors holding replicas of it, one bundle each of a placement group that keeps rank 0's bundle on
+"""The learner group (`learners=N`): rank 0 is the driver's algorithm's learner, ranks 1..N-1 are
+Ray actors holding replicas of that learner, one bundle each of a placement group that keeps rank 0's bundle on
 the driver's node and spreads the others (docs/learners.md).
 
-Rank 0's algorithm holds the group as its peers (rlpar.learning.peers): `learn(algorithm,
-inputs)` shards the inputs as the algorithm's `input_layout` declares, learns everywhere and
+Rank 0's algorithm holds the group as its peers (rlpar.learning.peers): `learn(learner,
+inputs)` shards the inputs as the learner's `input_layout` declares, learns everywhere and
 returns the update's diagnostics (the whole batch's: every rank reduces them alike); the group
 also keeps the other ranks' random states in rank 0's checkpoints and stops with it. A rank that dies or
 never answers, also while the group starts again, ends the update on every survivor (the process
@@ -22,7 +22,7 @@ import torch
 
 from rlpar.errors import LearnerGroupError, first_line
 from rlpar.learners.collective import join_group, leave_group, meeting_point
-from rlpar.learners.peers import RankPeers, join, leave
+from rlpar.learners.peers import RankPeers, join, learner_of, leave
 from rlpar.learners.shard import shard_inputs
 from rlpar.learning.errors import NonFiniteLossError
 
@@ -30,14 +30,14 @@ PLACEMENT_TIMEOUT_S = 120  # a cluster without room for the group is named, not 
 
 
 class LearnerRank:
-    """One rank of the group in its own process: a replica of the algorithm built with the
-    batches' shape in place of a sampler (rlpar.learning.peers.BatchShape), whose random
-    generator is its own (each rank shuffles its own columns)."""
+    """One rank of the group in its own process: a replica of rank 0's learner (`make_learner`:
+    a Learner, or an algorithm that learns itself built with the batches' shape in place of a
+    sampler), whose random generator is its own (each rank shuffles its own columns)."""
 
-    def __init__(self, *, make_algorithm, rank: int, seed: int, torch_threads: int):
+    def __init__(self, *, make_learner, rank: int, seed: int, torch_threads: int):
         torch.set_num_threads(torch_threads)
         self.rank, self.seed = rank, seed
-        self.algorithm = make_algorithm()
+        self.learner = make_learner()
 
     def location(self) -> tuple[str, int]:
         import ray
@@ -49,18 +49,18 @@ class LearnerRank:
     ) -> None:
         """Take rank 0's state, this rank's random state (fresh from the seed and rank when none
         was kept), and meet the others."""
-        self.algorithm.load_state_dict(state)
-        set_rank_rng(self.algorithm, rng if rng is not None else fresh_rank_rng(self.seed, self.rank))
+        self.learner.load_state_dict(state)
+        set_rank_rng(self.learner, rng if rng is not None else fresh_rank_rng(self.seed, self.rank))
         collective = join_group(rank=self.rank, world_size=world_size, address=address, port=port, timeout_s=timeout_s)
-        join(self.algorithm, collective, RankPeers())
+        join(self.learner, collective, RankPeers())
 
     def learn(self, inputs: dict) -> dict:
         """This rank's part of one update; returns its random state after it (rank 0 keeps it for checkpoints)."""
-        self.algorithm.learn(inputs)
-        return rank_rng(self.algorithm)
+        self.learner.learn(inputs)
+        return rank_rng(self.learner)
 
     def random_state(self) -> dict:
-        return rank_rng(self.algorithm)
+        return rank_rng(self.learner)
 
 
 def fresh_rank_rng(seed: int, rank: int) -> dict:
@@ -70,35 +70,35 @@ def fresh_rank_rng(seed: int, rank: int) -> dict:
     }
 
 
-def rank_rng(algorithm) -> dict:
+def rank_rng(learner) -> dict:
     """The random state a rank's gradient steps draw from: its minibatch shuffles (numpy) and torch's."""
-    rng = getattr(algorithm, "rng", None)
+    rng = getattr(learner, "rng", None)
     return {"numpy": rng.bit_generator.state if rng is not None else None, "torch": torch.get_rng_state()}
 
 
-def set_rank_rng(algorithm, state: dict) -> None:
-    rng = getattr(algorithm, "rng", None)
+def set_rank_rng(learner, state: dict) -> None:
+    rng = getattr(learner, "rng", None)
     if rng is not None and state["numpy"] is not None:
         rng.bit_generator.state = state["numpy"]
     torch.set_rng_state(state["torch"])
 
 
-def learner_state(algorithm) -> dict:
+def learner_state(learner) -> dict:
     """What every rank of a learner group starts from, and what a failed update returns rank 0
-    to: the algorithm's state without the replay's contents (which only rank 0 keeps, and
-    learning does not change)."""
-    return {k: v for k, v in algorithm.state_dict().items() if k != "replay"}
+    to: the learner's state (an algorithm that learns itself: without the replay's contents,
+    which only rank 0 keeps, and learning does not change)."""
+    return {k: v for k, v in learner.state_dict().items() if k != "replay"}
 
 
 class LearnerGroup(RankPeers):
-    """Ranks 1..N-1 of the group, started on a Ray cluster; rank 0 is the algorithm handed to
-    `learn`, whose peers this is."""
+    """Ranks 1..N-1 of the group, started on a Ray cluster; rank 0 is the learner handed to
+    `learn`, whose algorithm's peers this is."""
 
     def __init__(
         self,
         *,
         ray,
-        make_algorithm,
+        make_learner,
         world_size: int,
         seed: int,
         cpus_per_learner: float,
@@ -108,7 +108,7 @@ class LearnerGroup(RankPeers):
         log=print,
     ):
         super().__init__()
-        self.ray, self.make_algorithm, self.world_size, self.seed = ray, make_algorithm, world_size, seed
+        self.ray, self.make_learner, self.world_size, self.seed = ray, make_learner, world_size, seed
         self.cpus_per_learner, self.torch_threads = cpus_per_learner, torch_threads
         self.timeout_s, self.max_restarts, self.log = timeout_s, max_restarts, log
         self.restarts, self.consecutive_failures = 0, 0
@@ -152,7 +152,7 @@ class LearnerGroup(RankPeers):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self.placement, placement_group_bundle_index=rank
                 ),
-            ).remote(make_algorithm=self.make_algorithm, rank=rank, seed=self.seed, torch_threads=self.torch_threads)
+            ).remote(make_learner=self.make_learner, rank=rank, seed=self.seed, torch_threads=self.torch_threads)
             for rank in range(1, self.world_size)
         ]
         self.locations = [(driver_node, os.getpid())] + ray.get(
@@ -179,12 +179,14 @@ class LearnerGroup(RankPeers):
             f"smaller ray.cpus_per_learner"
         )
 
-    def join(self, algorithm) -> None:
-        """Every rank meets rank 0 (this process) at a free port of this node, with rank 0's state."""
+    def join(self, owner) -> None:
+        """Every rank meets rank 0 (`owner`'s learner, in this process) at a free port of this
+        node, with rank 0's state."""
+        learner = learner_of(owner)
         address = self.ray.util.get_node_ip_address()
         listening = meeting_point(address)
         port = listening.getsockname()[1]
-        state = self.ray.put(learner_state(algorithm))
+        state = self.ray.put(learner_state(learner))
         rngs = (
             self.rank_rngs
             if self.rank_rngs is not None and len(self.rank_rngs) == len(self.actors)
@@ -204,7 +206,7 @@ class LearnerGroup(RankPeers):
             timeout_s=self.timeout_s,
             listening=listening,
         )
-        join(algorithm, collective, self)
+        join(learner, collective, self)
         self.ray.get(refs, timeout=self.timeout_s)
         self.joined = True
 
@@ -240,37 +242,37 @@ class LearnerGroup(RankPeers):
             self.placement = None
 
     # -- one update --------------------------------------------------------------------------
-    def learn(self, algorithm, inputs: dict) -> dict:
+    def learn(self, learner, inputs: dict) -> dict:
         """The diagnostics of one update learned by every rank on its shard of `inputs`. A lost
         rank (in the update, or in the group's start or meeting before it): rank 0's weights
         before the update, the group again, the same inputs."""
-        before = copy.deepcopy(learner_state(algorithm))
+        before = copy.deepcopy(learner_state(learner))
         while True:
             try:
                 if not self.actors:  # torn down by a failure: started again here, where its own failures count
                     self.start()
                 if not self.joined:
-                    self.join(algorithm)
-                shards = shard_inputs(algorithm, inputs, self.world_size)
+                    self.join(learner)
+                shards = shard_inputs(learner, inputs, self.world_size)
                 refs = [actor.learn.remote(shard) for actor, shard in zip(self.actors, shards[1:])]
-                stats = algorithm.learn(shards[0])
+                stats = learner.learn(shards[0])
                 self.rank_rngs = self.ray.get(refs, timeout=self.timeout_s)
                 self.consecutive_failures = 0
                 return {**stats, **self.in_group().reduction_costs(), **self.metrics()}
             except (NonFiniteLossError, LearnerGroupError):  # the run's own stop (the same gradient on every
                 raise  # rank), or a cluster without room: not a lost rank
             except (RuntimeError, self.ray.exceptions.RayError) as err:  # gloo's errors are RuntimeErrors
-                self.recover(algorithm, before, err)
+                self.recover(learner, before, err)
 
-    def recover(self, algorithm, before: dict, err: Exception) -> None:
+    def recover(self, learner, before: dict, err: Exception) -> None:
         """Tear the group down and return rank 0 to `before` (or stop the run after max_restarts
         failures in a row); `learn` starts the group again."""
         self.consecutive_failures += 1
         self.restarts += 1
         cause = f"{type(err).__name__}: {first_line(err)}"
         self.stop()
-        leave(algorithm, self)
-        algorithm.load_state_dict(before)
+        leave(learner, self)
+        learner.load_state_dict(before)
         if self.consecutive_failures > self.max_restarts:
             raise LearnerGroupError(
                 f"learners={self.world_size}: the learner group failed {self.consecutive_failures} "

@@ -1,4 +1,4 @@
-"""The data-parallel side of rlpar.learning.peers: one rank's answers to what an algorithm's
+"""The data-parallel side of rlpar.learning.peers: one rank's answers to what a learner's
 update asks of its peers, over the group's collective, so that N ranks learn what one learner
 on the whole batch learns (docs/learners.md). The algorithm asks the same questions alone."""
 
@@ -63,22 +63,29 @@ class RankPeers(Alone):
         return remaining
 
 
-def join(algorithm, collective: Collective, peers: RankPeers) -> None:
-    """`algorithm` learns as one rank of a data-parallel group: from rank 0's weights, every
-    gradient step's gradients averaged with the other ranks', its questions answered by `peers`.
-    Steps are eager: a compiled step clips and applies inside its graph, where no all-reduce can
-    come between."""
+def learner_of(owner):
+    """The learner that owns `owner`'s update: an algorithm's `learner`, or `owner` itself (a
+    Learner, or an algorithm that learns itself)."""
+    return getattr(owner, "learner", owner)
+
+
+def join(owner, collective: Collective, peers: RankPeers) -> None:
+    """The learner of `owner` (an algorithm or a Learner: `learner_of`) learns as one rank of a
+    data-parallel group: from rank 0's weights, every gradient step's gradients averaged with the
+    other ranks', its questions answered by `peers`. Steps are eager: a compiled step clips and
+    applies inside its graph, where no all-reduce can come between."""
+    learner = learner_of(owner)
     peers.collective = collective
-    algorithm.peers = peers
-    algorithm.step.collective = collective
-    collective.broadcast_module(algorithm.model)
-    if isinstance(getattr(algorithm, "gradient_step", None), CompiledStep):
-        algorithm.gradient_step = algorithm.gradient_step.eager
-    algorithm.compiled = False
-    algorithm.on_joining_peers()
+    learner.peers = peers
+    learner.step.collective = collective
+    collective.broadcast_module(learner.model)
+    if isinstance(getattr(learner, "gradient_step", None), CompiledStep):
+        learner.gradient_step = learner.gradient_step.eager
+    learner.compiled = False
+    learner.on_joining_peers()
 
 
-def leave(algorithm, peers: RankPeers) -> None:
-    """`algorithm` stops averaging gradients; `peers` waits for the group's next meeting."""
+def leave(owner, peers: RankPeers) -> None:
+    """The learner of `owner` stops averaging gradients; `peers` waits for the group's next meeting."""
     peers.collective = None
-    algorithm.step.collective = None
+    learner_of(owner).step.collective = None

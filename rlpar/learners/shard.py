@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlpar.learners.peers import learner_of
+
 
 def column_shards(num_envs: int, world_size: int) -> list[np.ndarray]:
     """Each rank's environment columns: contiguous, sizes differing by at most one."""
@@ -63,14 +65,16 @@ def row_ranges(rows: int, world_size: int) -> list[tuple[int, int]]:
     return [(int(part[0]), int(part[-1]) + 1) for part in np.array_split(np.arange(rows), world_size)]
 
 
-def shard_inputs(algorithm, inputs: dict, world_size: int) -> list[dict]:
-    """Each rank's part of an update's inputs, cut as the algorithm's `input_layout` declares:
+def shard_inputs(owner, inputs: dict, world_size: int) -> list[dict]:
+    """Each rank's part of an update's inputs, cut as the learner's `input_layout` declares (the
+    learner of `owner`, an algorithm or a Learner: rlpar.learners.peers.learner_of):
     `columns`: whole environment columns of time-major [T, E] arrays; `columns+minibatches`:
     those, and each rank's part of every minibatch one learner would take from the epochs'
     shuffles (`orders`) in minibatches of `minibatch_size` (`minibatch_shares`:
     the group learns what one learner learns); `rows`: contiguous rows of every replay minibatch,
     so that rank 0 can put every rank's TD errors back in place."""
-    layout = algorithm.input_layout
+    learner = learner_of(owner)
+    layout = learner.input_layout
     if layout == "rows":
         return [
             {
@@ -79,7 +83,7 @@ def shard_inputs(algorithm, inputs: dict, world_size: int) -> list[dict]:
                 "minibatches": [{k: v[start:stop] for k, v in m.items()} for m in inputs["minibatches"]],
                 "weights": [w[start:stop] for w in inputs["weights"]],
             }
-            for start, stop in row_ranges(algorithm.batch_size, world_size)
+            for start, stop in row_ranges(learner.batch_size, world_size)
         ]
     columns = column_shards(inputs["valid"].shape[1], world_size)
     if layout == "columns+minibatches":
@@ -88,4 +92,4 @@ def shard_inputs(algorithm, inputs: dict, world_size: int) -> list[dict]:
         return [{**take_columns(arrays, cols), "minibatches": share} for cols, share in zip(columns, shares)]
     if layout == "columns":
         return [take_columns(inputs, cols) for cols in columns]
-    raise ValueError(f"{type(algorithm).__name__}.input_layout {layout!r}: not columns, columns+minibatches or rows")
+    raise ValueError(f"{type(learner).__name__}.input_layout {layout!r}: not columns, columns+minibatches or rows")

@@ -122,9 +122,10 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         algorithm = make_algorithm(sampler=sampler)
         if container["learners"] > 1:
             group = container["learner_group"]
-            # rank 0 learns with the group as its peers; ranks 1..N-1 never sample: told the batches' shape
+            # rank 0's learner learns with the group as its peers; ranks 1..N-1 hold replicas of it
+            # (an algorithm that learns itself, built without sampling: told the batches' shape)
             algorithm.peers = sampler.start_learner_group(
-                make_algorithm=partial(make_algorithm, sampler=BatchShape.of(sampler)),
+                make_learner=algorithm.make_learner or partial(make_algorithm, sampler=BatchShape.of(sampler)),
                 world_size=container["learners"],
                 seed=container["seed"],
                 torch_threads=container["hardware"]["torch_threads"],

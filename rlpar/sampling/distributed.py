@@ -261,15 +261,15 @@ class DistributedSampler(WorkerPoolSampler):
         return self.keep_service(ActorService(ray=ray, start=start, name=name, on_lost=on_lost))
 
     def start_learner_group(
-        self, *, make_algorithm, world_size: int, seed: int, torch_threads: int, timeout_s: float, max_restarts: int
+        self, *, make_learner, world_size: int, seed: int, torch_threads: int, timeout_s: float, max_restarts: int
     ):
         """Ranks 1..world_size-1 of a learner group as Ray actors (rlpar.learners.group); rank 0
-        is the algorithm in this process. Stopped by the algorithm, before this sampler closes."""
+        is the algorithm's learner in this process. Stopped by the algorithm, before this sampler closes."""
         from rlpar.learners.group import LearnerGroup
 
         return LearnerGroup(
             ray=self.ray,
-            make_algorithm=make_algorithm,
+            make_learner=make_learner,
             world_size=world_size,
             seed=seed,
             cpus_per_learner=self.cpus_per_learner,

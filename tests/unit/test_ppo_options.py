@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlpar.algos.ppo import PPO
+from rlpar.algos.ppo import PPO, PPOLearner
 from rlpar.learning.estimators.gae import compute_gae
 from rlpar.learning.losses.ppo_loss import value_loss
 from tests.rollouts import LEARNER_ONLY, cartpole_rollout, made
@@ -110,12 +110,18 @@ def test_value_clip_range_is_centred_on_the_old_value():
     assert value_loss(torch.tensor([6.2]), torch.tensor([6.0]), torch.tensor([5.0]), None).item() == pytest.approx(0.5 * 0.2**2, rel=1e-5)
 
 
-class RecordingPPO(PPO):
-    """PPO that keeps what its update optimises on (the inputs after GAE and any decoupling)."""
+class RecordingPPOLearner(PPOLearner):
+    """PPO's learner that keeps what its update optimises on (the inputs after GAE and any decoupling)."""
 
-    def optimise(self, data: dict, inputs: dict | None = None) -> dict:
+    def optimise(self, data: dict, inputs: dict) -> dict:
         self.optimised = {k: v.clone() for k, v in data.items()}
         return super().optimise(data, inputs)
+
+
+class RecordingPPO(PPO):
+    """PPO whose learner records (its `optimised`, read through the algorithm)."""
+
+    learner_class = RecordingPPOLearner
 
 
 def test_an_on_policy_batch_keeps_its_behaviour_log_probabilities(rollout):
