@@ -144,6 +144,7 @@ class A2C(Algorithm):
 
     Config = A2CConfig
     learner_class: type[A2CLearner] = A2CLearner
+    learner: A2CLearner
     data_parallel = True
     recurrent_policies = True
 

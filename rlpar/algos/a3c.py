@@ -88,10 +88,10 @@ class A3C(A2C):
             policy_spec=self.policy_spec,
             total_steps=self.total_steps,
             seed=built["seed"],
-            max_grad_norm=self.step.max_grad_norm,
-            max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
-            learning_rate=self.lr,
-            optimizer=self.optimizer_settings,
+            max_grad_norm=self.learner.step.max_grad_norm,
+            max_consecutive_nonfinite=self.learner.step.max_consecutive_nonfinite,
+            learning_rate=self.learner.lr,
+            optimizer=self.learner.optimizer_settings,
             target_update_every=self.target_update_every,
         )
         self.server = self.sampler.start_service(
@@ -109,11 +109,11 @@ class A3C(A2C):
         optimiser, moved to shared memory."""
         return SharedParameters(
             model=self.model,
-            optimizer=self.optimizer,
-            learning_rate=self.lr,
+            optimizer=self.learner.optimizer,
+            learning_rate=self.learner.lr,
             total_steps=self.total_steps,
-            max_grad_norm=self.step.max_grad_norm,
-            max_consecutive_nonfinite=self.step.max_consecutive_nonfinite,
+            max_grad_norm=self.learner.step.max_grad_norm,
+            max_consecutive_nonfinite=self.learner.step.max_consecutive_nonfinite,
             target_update_every=self.target_update_every,
             state=state,
         )
@@ -168,7 +168,7 @@ class A3C(A2C):
         losses = batch.extras.get("loss", [])
         if losses:
             metrics.update({k: float(np.mean([loss[k] for loss in losses])) for k in losses[0]})
-        metrics["lr"] = self.lr.value(steps_seen=self.steps_seen, total_steps=self.total_steps)
+        metrics["lr"] = self.learner.lr.value(steps_seen=self.steps_seen, total_steps=self.total_steps)
         return StepResult(batch.num_steps, *self.reported_episodes(batch), metrics)
 
     def reported_episodes(self, batch) -> tuple[list, list]:

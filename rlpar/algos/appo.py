@@ -204,6 +204,7 @@ class APPO(Algorithm):
 
     Config = APPOConfig
     learner_class: type[APPOLearner] = APPOLearner
+    learner: APPOLearner
     sync_mode = "non_blocking"
     max_policy_lag = None
     data_parallel = True

@@ -153,6 +153,7 @@ class DQN(ReplayLearner):
 
     Config = DQNConfig
     learner_class: type[DQNLearner] = DQNLearner
+    learner: DQNLearner
     loss_names = ("loss_q", "td_error_mean", "q_mean")
     model_kind = "q_network"
     action_spaces = ("Discrete",)

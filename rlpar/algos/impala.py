@@ -121,6 +121,7 @@ class IMPALA(Algorithm):
 
     Config = IMPALAConfig
     learner_class: type[IMPALALearner] = IMPALALearner
+    learner: IMPALALearner
     sync_mode = "non_blocking"
     max_policy_lag = None
     data_parallel = True

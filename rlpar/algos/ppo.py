@@ -255,11 +255,12 @@ class PPO(Algorithm):
 
     Config = PPOConfig
     learner_class: type[PPOLearner] = PPOLearner
+    learner: PPOLearner
     data_parallel = True
     recurrent_policies = True
 
     def __init__(self, config: PPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
-        """`sequence_length`: a recurrent policy's learning pieces, in steps (None: the rollout)."""
+        """Its learner is told the size of a batch (the sampler's rollout_length x num_envs)."""
         make_learner = partial(
             self.learner_class,
             config,

@@ -187,6 +187,7 @@ class SAC(ReplayLearner):
 
     Config = SACConfig
     learner_class: type[SACLearner] = SACLearner
+    learner: SACLearner
     model_kind = "actor_q"
     action_spaces = ("Box",)
     gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)

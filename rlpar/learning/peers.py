@@ -1,9 +1,10 @@
-"""What an algorithm's update asks of the learners it learns with: nothing when it learns alone
+"""What a learner's update asks of the learners it learns with: nothing when it learns alone
 (`Alone`, here), every rank's share of each reduction in a data-parallel group
 (rlpar.learners.peers wraps the same calls around a collective, as DDP wraps a module).
 
-The algorithm calls these unconditionally; which object answers is the build's choice
-(docs/learners.md). `BatchShape` stands in for a sampler where a learner never samples."""
+The learner (rlpar.learning.learner) calls these unconditionally; which object answers is the
+build's choice (docs/learners.md). `BatchShape` stands in for a sampler where an algorithm that
+learns itself is replicated on a rank that never samples."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from rlpar.learning.losses.ppo_loss import normalize
 class Alone:
     """One learner on the whole batch: every reduction is over its own samples only."""
 
-    def learn(self, algorithm, inputs: dict) -> dict:
-        """One update's gradient steps on `inputs`, and their diagnostics."""
-        return algorithm.learn(inputs)
+    def learn(self, learner, inputs: dict) -> dict:
+        """One update's gradient steps on `inputs` by `learner`, and their diagnostics."""
+        return learner.learn(inputs)
 
     def receive(self, model: torch.nn.Module, optimizer, lr: float) -> None:
         """What a learner takes before its gradient steps from the one that made the inputs:
@@ -79,9 +80,9 @@ ALONE = Alone()
 
 @dataclass(frozen=True)
 class BatchShape:
-    """What a learner that never samples (a rank of a learner group, a multi-agent algorithm's
-    policy learner) is told of the batches it learns, in place of a sampler: their shape. It
-    builds nothing that only sampling needs (`when_sampling`)."""
+    """What an algorithm that never samples (one that learns itself, replicated on a rank of a
+    learner group; a test's learner-only algorithm) is told of the batches it learns, in place
+    of a sampler: their shape. It builds nothing that only sampling needs (`when_sampling`)."""
 
     rollout_length: int  # steps per environment in a rollout
     num_envs: int = 1  # environment columns in a batch
