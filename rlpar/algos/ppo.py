@@ -83,7 +83,7 @@ class PPOLearner(Learner):
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.clip, self.value_clip = config.clip, config.value_clip
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
-        self.epochs = config.epochs
+        self.epochs, self.minibatch_size = config.epochs, config.minibatch_size
         self.normalize_advantages = config.normalize_advantages
         self.target_kl = config.target_kl
         self.sequence_length = config.sequence_length
@@ -139,12 +139,17 @@ class PPOLearner(Learner):
             data["old_logp"] = data["old_logp"].clone()
             data["old_logp"][valid] = current_logp
 
-    def optimise(self, data: dict, inputs: dict) -> dict:
+    def optimise(self, data: dict, inputs: dict | None = None) -> dict:
         """Minibatch epochs. Per-op overhead dominates small MLPs, so each epoch shuffles once
         and slices contiguous views, and diagnostics (KL, clip fraction, entropy) are computed
         once per epoch or update from detached log-probabilities, not in every step.
         `inputs`: the shuffles and the minibatch size (and with peers this learner's minibatch
-        shares)."""
+        shares); None: drawn here."""
+        if inputs is None:
+            inputs = {
+                "orders": [self.rng.permutation(len(data["obs"])) for _ in range(self.epochs)],
+                "minibatch_size": self.minibatch_size,
+            }
         losses, samples, epoch_stats = [], [], []
         for epoch in range(self.epochs):
             new_logps, old_logps = [], []

@@ -113,7 +113,7 @@ def test_value_clip_range_is_centred_on_the_old_value():
 class RecordingPPOLearner(PPOLearner):
     """PPO's learner that keeps what its update optimises on (the inputs after GAE and any decoupling)."""
 
-    def optimise(self, data: dict, inputs: dict) -> dict:
+    def optimise(self, data: dict, inputs: dict | None = None) -> dict:
         self.optimised = {k: v.clone() for k, v in data.items()}
         return super().optimise(data, inputs)
 
