@@ -179,7 +179,7 @@ def validate_config(cfg: DictConfig, *, check_env: bool = True):
     c.number("ray.cpus_per_worker", low=0, low_open=True)
     c.number("ray.cpus_per_learner", low=0, low_open=True)
     c.number("ray.object_store_mb", integer=True, low=80)
-    c.number("ray.num_cpus", low=0, low_open=True, optional=True)
+    c.number("ray.num_cpus", integer=True, low=1, optional=True)  # Ray takes whole CPUs
     _check_hardware(c)
     _check_signing_key(c)
     _check_resume(c)

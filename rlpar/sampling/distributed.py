@@ -70,7 +70,7 @@ class DistributedConfig(WorkerPoolConfig):
     """The Ray instance's settings come from the `ray` group (checked there)."""
 
     ray_address: str | None = None
-    ray_num_cpus: float | None = None
+    ray_num_cpus: int | None = None
     cpus_per_worker: float = 0.1
     cpus_per_learner: float = 0.5
     object_store_mb: int = 256
@@ -105,7 +105,7 @@ class DistributedSampler(WorkerPoolSampler):
         *,
         name: str = "distributed",
         ray_address: str | None = None,
-        ray_num_cpus: float | None = None,
+        ray_num_cpus: int | None = None,
         cpus_per_worker: float = 0.1,
         cpus_per_learner: float = 0.5,
         object_store_mb: int = 256,

@@ -108,6 +108,13 @@ def test_compile_switch_is_a_gradient_step_or_ready(make_cfg, value):
         validate_config(make_cfg(f"algo.compile_switch={accepted}"), check_env=False)
 
 
+@pytest.mark.parametrize("value, problem", [("1.2", "expected an integer, got 1.2"), ("0", r"0 is out of range \(must be >= 1\)")])
+def test_the_private_ray_instance_takes_whole_cpus(make_cfg, value, problem):
+    with pytest.raises(ConfigError, match=f"ray.num_cpus: {problem}"):
+        validate_config(make_cfg("parallel=distributed", f"ray.num_cpus={value}"), check_env=False)
+    validate_config(make_cfg("parallel=distributed", "ray.num_cpus=2"), check_env=False)
+
+
 @pytest.mark.parametrize("overrides, problem", [
     (["learners=0"], r"learners: 0 is out of range \(must be >= 1\)"),
     (["learners=1.5"], "learners: expected an integer"),
