@@ -90,9 +90,10 @@ class SharedParameters:
         return {"staleness": staleness, "version": self.version, "nonfinite_updates": self.step.nonfinite_updates}
 
     def state(self) -> dict:
-        """Weights, optimiser state and counters (read while workers may be writing them)."""
+        """Weights, optimiser state and counters, copied (workers may be writing them): a
+        checkpoint's checksum and the bytes it saves must be of the same values."""
         return {
-            "model": self.model.state_dict(),
+            "model": {name: tensor.detach().clone() for name, tensor in self.model.state_dict().items()},
             "optimizer": optimizer_state(self.optimizer),
             "version": int(self.counters[VERSION]),
             "env_steps": int(self.counters[ENV_STEPS]),
