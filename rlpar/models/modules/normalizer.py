@@ -32,8 +32,8 @@ class ObservationNormalizer(nn.Module):
         if not self.enabled or batch_count == 0:
             return
         mean, var, count = merge_moments(
-            self.mean.numpy(), self.var.numpy(), float(self.count), batch_mean, batch_var, batch_count
-        )
+            self.mean.cpu().numpy(), self.var.cpu().numpy(), float(self.count), batch_mean, batch_var, batch_count
+        )  # the buffers live where the model does (a GPU learner's included); the moments are merged on the CPU
         self.mean.copy_(torch.from_numpy(mean))
         self.var.copy_(torch.from_numpy(var))
         self.count.fill_(count)
