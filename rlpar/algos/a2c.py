@@ -10,7 +10,6 @@ environment (whole rollouts by default), each unrolled from its stored state
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
@@ -148,26 +147,9 @@ class A2C(Algorithm):
     data_parallel = True
     recurrent_policies = True
 
-    def __init__(self, config: A2CConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
-        make_learner = partial(
-            self.learner_class,
-            config,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            batch_steps=sampler.rollout_length * sampler.num_envs,
-        )
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            learner=make_learner(),
-        )
-        self.make_learner = make_learner
+    def learner_options(self, config: A2CConfig, sampler) -> dict:
+        """Its learner is told the size of a batch (the sampler's rollout_length x num_envs)."""
+        return {"batch_steps": sampler.rollout_length * sampler.num_envs}
 
     def training_step(self) -> StepResult:
         return self.sample_and_update()

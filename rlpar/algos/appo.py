@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -211,19 +210,9 @@ class APPO(Algorithm):
     recurrent_policies = True
 
     def __init__(self, config: APPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
-        make_learner = partial(
-            self.learner_class, config, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
-        )
         super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            learner=make_learner(),
+            config, sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
         )
-        self.make_learner = make_learner
         self.vtrace: dict[str, Any] = dict(
             gamma=config.gamma,
             vtrace_lambda=config.vtrace_lambda,

@@ -12,6 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -173,6 +174,11 @@ class Algorithm(ABC):
 
         def learn(self, inputs: dict) -> dict: ...
 
+    # what owns its update: a Learner class (rlpar.learning.learner) that `__init__` builds with
+    # `(config, *, policy_spec, total_steps, seed, device, **learner_options(...))` (the base
+    # Learner takes no config, hence not `type[Learner]`); None: it learns itself, or holds
+    # learners of its own (IPPO: one per policy)
+    learner_class: Callable[..., Learner] | None = None
     # builds a replica of its learner (a learner group's other ranks); None: it learns itself
     make_learner: Callable[[], Learner] | None = None
     without_ray: str | None = None  # the algo option that sampler is told to use instead (apex_sac: sac)
@@ -180,6 +186,12 @@ class Algorithm(ABC):
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:
         """Extra arguments for `worker_class`, from the algo group (none for RolloutWorker)."""
+        return {}
+
+    def learner_options(self, config, sampler) -> dict:
+        """What `learner_class` takes besides the config, policy spec, budget, seed and device: a
+        learner reads nothing of a sampler, so what it needs of one (PPO: `batch_steps`, the size
+        of a batch) is told here. Called before any attribute of the base is set."""
         return {}
 
     def __init__(
@@ -196,8 +208,21 @@ class Algorithm(ABC):
     ):
         """`config`: the algorithm's typed config (its `Config`, built from the `algo` node); the
         other arguments are the builder's. `learner`: what owns its update (rlpar.learning.learner),
-        which built and seeded the model; None: the algorithm learns itself, a torch model of
-        `policy_spec` (or `model`, a multi-agent algorithm's set of its learners' policies)."""
+        which built and seeded the model; None: one of `learner_class` is built, and
+        `make_learner` kept to build replicas of it; with no `learner_class` (or a `model` given)
+        the algorithm learns itself, a torch model of `policy_spec` (or `model`, a multi-agent
+        algorithm's set of its learners' policies)."""
+        if learner is None and model is None and self.learner_class is not None:
+            self.make_learner = partial(
+                self.learner_class,
+                config,
+                policy_spec=policy_spec,
+                total_steps=total_steps,
+                seed=seed,
+                device=device,
+                **self.learner_options(config, sampler),
+            )
+            learner = self.make_learner()
         self.config = config
         self.sampler = sampler
         self.policy_spec = policy_spec

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import torch
@@ -164,9 +163,6 @@ class DQN(ReplayLearner):
         """`burn_in`, `sequence_length`: a recurrent Q-network's replayed sequences (else unused)."""
         self.recurrent = policy_spec.recurrent is not None
         self.burn_in, self.sequence_length = config.burn_in, config.sequence_length
-        make_learner = partial(
-            self.learner_class, config, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
-        )
         super().__init__(
             config,
             sampler=sampler,
@@ -175,9 +171,7 @@ class DQN(ReplayLearner):
             seed=seed,
             device=device,
             steps_per_item=config.sequence_length // 2 if self.recurrent else 1,
-            learner=make_learner(),
         )
-        self.make_learner = make_learner
         self.epsilon_start, self.epsilon_end, self.exploration_steps = (
             config.epsilon_start,
             config.epsilon_end,

@@ -16,7 +16,6 @@ from the state stored at its start, with the resets at episode ends inside it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
@@ -127,26 +126,14 @@ class IMPALA(Algorithm):
     data_parallel = True
     recurrent_policies = True
 
+    def learner_options(self, config: IMPALAConfig, sampler) -> dict:
+        """Its learner is told the size of an update's batch (batches_per_update workers' rollouts)."""
+        return {"batch_steps": max(sampler.rollout_length * sampler.worker_envs * config.batches_per_update, 1)}
+
     def __init__(self, config: IMPALAConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
-        make_learner = partial(
-            self.learner_class,
-            config,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            batch_steps=max(sampler.rollout_length * sampler.worker_envs * config.batches_per_update, 1),
-        )
         super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            learner=make_learner(),
+            config, sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
         )
-        self.make_learner = make_learner
         self.vtrace: dict[str, Any] = dict(
             gamma=config.gamma,
             vtrace_lambda=config.vtrace_lambda,

@@ -10,7 +10,6 @@ whole pieces (rlpar.learning.estimators.sequences).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import torch
@@ -264,27 +263,14 @@ class PPO(Algorithm):
     data_parallel = True
     recurrent_policies = True
 
-    def __init__(self, config: PPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
+    def learner_options(self, config: PPOConfig, sampler) -> dict:
         """Its learner is told the size of a batch (the sampler's rollout_length x num_envs)."""
-        make_learner = partial(
-            self.learner_class,
-            config,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            batch_steps=sampler.rollout_length * sampler.num_envs,
-        )
+        return {"batch_steps": sampler.rollout_length * sampler.num_envs}
+
+    def __init__(self, config: PPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
         super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            learner=make_learner(),
+            config, sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
         )
-        self.make_learner = make_learner
         self.gamma, self.gae_lambda = config.gamma, config.gae_lambda
         self.minibatch_size = config.minibatch_size
 

@@ -55,11 +55,12 @@ class ReplayLearner(Algorithm):
         seed: int,
         device: str = "cpu",
         steps_per_item: int = 1,
-        learner: Learner,
+        learner: Learner | None = None,
     ):
         """`steps_per_item`: env steps each replayed item brings (a transition 1, a recurrent
         Q-network's sequence its period); `capacity` and `learning_starts` count env steps.
-        `learner`: what owns the gradient steps and counts them (its `gradient_steps`)."""
+        `learner`: what owns the gradient steps and counts them (its `gradient_steps`); None: one
+        of `learner_class` (Algorithm.__init__)."""
         super().__init__(
             config,
             sampler=sampler,

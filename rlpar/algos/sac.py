@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
@@ -193,21 +192,6 @@ class SAC(ReplayLearner):
     gaussian_actor = True  # the actor_q model's actor it learns (model.gaussian)
     loss_names: tuple[str, ...] = ("loss_q", "td_error_mean", "q_mean", "loss_actor", "alpha", "entropy")
     precisions = ("fp32", "bf16")
-
-    def __init__(self, config: SACConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
-        make_learner = partial(
-            self.learner_class, config, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
-        )
-        super().__init__(
-            config,
-            sampler=sampler,
-            policy_spec=policy_spec,
-            total_steps=total_steps,
-            seed=seed,
-            device=device,
-            learner=make_learner(),
-        )
-        self.make_learner = make_learner
 
     # -- acting -----------------------------------------------------------------------------
     def get_weights(self) -> dict:
