@@ -1,4 +1,4 @@
-"""APPO: IMPALA's asynchronous actors with PPO's clipped objective on V-trace advantages.
+"""APPO (asynchronous PPO): IMPALA's actors with PPO's clipped objective on V-trace advantages.
 
 One iteration: take the rollouts that have arrived -> V-trace targets and advantages computed
 with a *target network* (a copy of the policy refreshed every `target_update_every` gradient
@@ -6,6 +6,10 @@ steps) -> the batch joins a small circular buffer, where each batch is trained o
 `reuse_per_batch` times (one pass of minibatches per use) before it is dropped -> new weights.
 The surrogate's ratio is the current policy over the one that acted, clipped as in PPO; an
 optional KL penalty keeps the policy near the target network.
+
+Sampling is blocking unless `parallel.sync_mode=non_blocking` asks for actors that sample on with
+stale weights: V-trace and the clip correct small lags, but with PPO's learning per sample (32
+gradient steps a 2,048-step batch) data one version old already undid learning in measured runs.
 
 A recurrent policy (`model.recurrent`) takes its V-trace targets from the target network
 unrolled over each whole rollout from the state stored at its start; its minibatches are whole
@@ -18,16 +22,15 @@ from __future__ import annotations
 import copy
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult, minibatch_problems
-from rlpar.algos.impala import IMPALAConfig
+from rlpar.algos.base import ActorCriticConfig, minibatch_problems
+from rlpar.algos.impala import IMPALA, IMPALAConfig
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
-from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.estimators.vtrace import compute_vtrace, offpolicy_metrics
 from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
@@ -48,7 +51,7 @@ class APPOConfig(IMPALAConfig):
     entropy_coef: float = override(ActorCriticConfig, "entropy_coef", 0.0)
     clip: float = number(0.2, low=0, high=1, low_open=True, high_open=True)
     kl_coef: float = number(0.0, low=0)
-    minibatch_size: int = integer(512, low=1)
+    minibatch_size: int = integer(64, low=1)
     normalize_advantages: bool = flag(True)
     reuse_per_batch: int = integer(2, low=1)  # epochs over each batch
     buffer_batches: int = integer(4, low=1)  # batches kept for reuse
@@ -197,32 +200,21 @@ class APPOLearner(Learner):
         self.rng.bit_generator.state = state["rng"]
 
 
-class APPO(Algorithm):
+class APPO(IMPALA):
     """One iteration: the rollouts that arrived, their V-trace targets from the learner's
-    target network (`learning_inputs`, once), the learner's passes, the update's end."""
+    target network (`learning_inputs`, once), the learner's passes, the update's end (IMPALA's
+    iteration with APPO's learner)."""
 
     Config = APPOConfig
-    learner_class: type[APPOLearner] = APPOLearner
-    learner: APPOLearner
-    sync_mode = "non_blocking"
-    max_policy_lag = None
-    data_parallel = True
-    recurrent_policies = True
+    learner_class: type[APPOLearner] = APPOLearner  # type: ignore[assignment]
+    learner: APPOLearner  # type: ignore[assignment]
+    # Sampling overlaps learning only on request (parallel.sync_mode=non_blocking): with updates
+    # of PPO's size, data one or more versions old undoes learning (README, Algorithms).
+    sync_mode = "blocking"
 
-    def __init__(self, config: APPOConfig, *, sampler, policy_spec, total_steps: int, seed: int, device: str = "cpu"):
-        super().__init__(
-            config, sampler=sampler, policy_spec=policy_spec, total_steps=total_steps, seed=seed, device=device
-        )
-        self.vtrace: dict[str, Any] = dict(
-            gamma=config.gamma,
-            vtrace_lambda=config.vtrace_lambda,
-            clip_rho_threshold=config.clip_rho_threshold,
-            clip_c_threshold=config.clip_c_threshold,
-        )
-        self.batches_per_update = config.batches_per_update
-
-    def training_step(self) -> StepResult:
-        return self.sample_and_update(min_rollouts=self.batches_per_update)
+    def learner_options(self, config: IMPALAConfig, sampler) -> dict:
+        """Its learner sizes its steps by `minibatch_size`, not by the batch."""
+        return {}
 
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch from the target network, time-major
@@ -232,6 +224,7 @@ class APPO(Algorithm):
         with torch.no_grad():  # targets from the target network, computed once per batch
             inputs, _, _, _ = vtrace_inputs(self.learner.target_model, batch, self.learning_rewards(batch), self.device)
         vs, advantages = compute_vtrace(**inputs, **self.vtrace)
+        self.offpolicy = offpolicy_metrics(inputs["target_logp"], batch.logp, batch.valid)
         return {
             "obs": batch.obs,
             "actions": batch.actions,

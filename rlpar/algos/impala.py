@@ -23,7 +23,7 @@ import torch
 from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
-from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.estimators.vtrace import compute_vtrace, offpolicy_metrics
 from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
@@ -141,9 +141,14 @@ class IMPALA(Algorithm):
             clip_c_threshold=config.clip_c_threshold,
         )
         self.batches_per_update = config.batches_per_update
+        self.offpolicy: dict = {}  # the last batch's off-policy measures (`offpolicy_metrics`)
 
     def training_step(self) -> StepResult:
         return self.sample_and_update(min_rollouts=self.batches_per_update)
+
+    def update(self, batch) -> dict:
+        """The on-policy update, and how off-policy its batch was."""
+        return {**super().update(batch), **self.offpolicy}
 
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch, time-major [T, E], with the
@@ -152,6 +157,7 @@ class IMPALA(Algorithm):
         with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
             inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
         vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
+        self.offpolicy = offpolicy_metrics(inputs["target_logp"], batch.logp, batch.valid)
         return {
             "obs": batch.obs,
             "actions": batch.actions,

@@ -35,7 +35,23 @@ def test_impala_actors_sample_ahead_of_the_learner(make_cfg, tmp_path):
         trainer.close()
     assert max(r["policy_lag_max"] for r in rows) >= 1  # the actors did act with stale weights
     assert all(r["dropped_batches"] == 0 for r in rows)
+    # how off-policy each batch was: nothing but float rounding when every rollout acted with the
+    # learner's weights, more once some did not
+    assert all(r["offpolicy_log_ratio"] < 1e-4 for r in rows if r["policy_lag_max"] == 0)
+    assert max(r["offpolicy_log_ratio"] for r in rows if r["policy_lag_max"] >= 1) > 1e-4
+    assert all(0.0 <= r["offpolicy_clip_fraction"] <= 1.0 for r in rows)
     assert all(0.0 <= r["learner_wait_fraction"] <= 1.0 and 0.0 <= r["actor_idle_fraction"] < 1.0 for r in rows)
+
+
+def test_appo_samples_in_blocking_rounds_by_default(make_cfg, tmp_path):
+    """APPO learns as much per sample as PPO, which lagging data undoes: overlap is opt-in."""
+    trainer = build_trainer(make_cfg("algo=appo", "parallel=multiprocess", "workers=2", run_dir=tmp_path / "a"))
+    try:
+        assert trainer.sampler.sync_mode == "blocking"
+        row = trainer.train()
+        assert row["policy_lag_max"] == 0 and row["offpolicy_log_ratio"] < 0.05  # against the target network
+    finally:
+        trainer.close()
 
 
 def test_ppo_stays_blocking_and_on_policy_by_default(make_cfg, tmp_path):

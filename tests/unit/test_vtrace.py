@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rlpar.learning.estimators.gae import compute_gae
-from rlpar.learning.estimators.vtrace import compute_vtrace
+from rlpar.learning.estimators.vtrace import compute_vtrace, offpolicy_metrics
 from tests.episode_flags import covers_every_case, rollout_flags
 
 
@@ -215,3 +215,19 @@ def test_an_overflowing_ratio_is_clipped_not_nan():
         gamma=0.9,
     )
     assert vs[0, 0] == pytest.approx(0.5 + 1 + 1.8 - 0.5) and pg[0, 0] == pytest.approx(1 + 1.8 - 0.5)
+
+
+def test_offpolicy_metrics_measure_the_valid_steps_log_ratio_and_the_share_outside_the_clip_range():
+    """|log pi/mu| is averaged over the valid steps only, and a step counts as outside PPO's clip
+    range when pi/mu leaves [0.8, 1.2] (ratios exp(0.1), exp(-0.3), exp(0.5): the last two)."""
+    behaviour = np.zeros((2, 2), np.float32)
+    target = np.array([[0.1, -0.3], [0.5, 9.0]], np.float32)
+    valid = np.array([[True, True], [True, False]])  # the 9.0 is an autoreset step: not counted
+    metrics = offpolicy_metrics(target, behaviour, valid)
+    assert metrics["offpolicy_log_ratio"] == pytest.approx((0.1 + 0.3 + 0.5) / 3)
+    assert metrics["offpolicy_clip_fraction"] == pytest.approx(2 / 3)
+    assert offpolicy_metrics(target, target, valid) == {"offpolicy_log_ratio": 0.0, "offpolicy_clip_fraction": 0.0}
+    assert offpolicy_metrics(target, behaviour, np.zeros_like(valid)) == {
+        "offpolicy_log_ratio": 0.0,
+        "offpolicy_clip_fraction": 0.0,
+    }

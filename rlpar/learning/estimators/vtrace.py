@@ -83,3 +83,17 @@ def _discounted_traces(
         carry = np.where(valid[t], deltas[t] + carried, 0.0)
         corrections[t] = carry
     return corrections
+
+
+def offpolicy_metrics(target_logp: np.ndarray, behaviour_logp: np.ndarray, valid: np.ndarray) -> dict:
+    """How far the policy that learns is from the one that acted, over a batch's valid steps: the
+    mean |log pi/mu| (`offpolicy_log_ratio`) and the share of steps whose pi/mu lies outside
+    [0.8, 1.2], PPO's default clip range (`offpolicy_clip_fraction`). Lag shows in these before it
+    shows in returns."""
+    log_ratio = (np.asarray(target_logp, np.float64) - behaviour_logp)[valid]
+    if not log_ratio.size:
+        return {"offpolicy_log_ratio": 0.0, "offpolicy_clip_fraction": 0.0}
+    return {
+        "offpolicy_log_ratio": float(np.abs(log_ratio).mean()),
+        "offpolicy_clip_fraction": float((np.abs(np.expm1(log_ratio)) > 0.2).mean()),
+    }
