@@ -184,18 +184,18 @@ def run_check(check: Check, overrides: list[str], env: dict, timeout_s: float, s
         try:
             done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as timeout:
-            return f"ran past {timeout_s:.0f} s\n{(timeout.stdout or b'')[-3000:]!r}"
+            return f"(ran past {timeout_s:.0f} s)\n{(timeout.stdout or b'')[-3000:]!r}"
     check.wall_s, check.gpu_peak_mb = time.time() - start, memory.peak_mb
     if done.returncode != 0:
         log = run_dir / "main.log"
         traceback = log.read_text()[-4000:] if log.exists() else ""
-        return f"exit {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}\n{traceback}"
+        return f"(exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}\n{traceback}"
     check.rows = read_rows(run_dir / "metrics.jsonl")
     import yaml  # here: on the GPU machine it comes from the carried wheels (SITE)
 
     check.config = yaml.safe_load((run_dir / "config.yaml").read_text())
     if not check.rows:
-        return f"wrote no metrics rows:\n{done.stderr[-3000:]}"
+        return f"(no metrics rows):\n{done.stderr[-3000:]}"
     return None
 
 
@@ -282,7 +282,7 @@ def main() -> None:
                 results.append(check)
             else:  # the other checks still run: one call on a lent machine shows every failure
                 failures[check.name] = failure
-                print(f"gpu_check: {check.name} FAILED, {failure}", flush=True)
+                print(f"gpu_check: {check.name} FAILED {failure}", flush=True)
     print(table(results))
     print(f"gpu_check: {len(results)} runs passed on hardware={hardware}")
     if failures:
