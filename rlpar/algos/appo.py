@@ -26,17 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlpar.algos.base import ActorCriticConfig, minibatch_problems
+from rlpar.algos.base import ActorCriticConfig
 from rlpar.algos.impala import IMPALA, IMPALAConfig
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
-from rlpar.learning.estimators.sequences import evaluate_steps, minibatches, pieces_per_minibatch, valid_steps
+from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
 from rlpar.learning.estimators.vtrace import compute_vtrace, offpolicy_metrics
 from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
 from rlpar.learning.optimization.step import LearningRate
-from rlpar.typed_config import flag, integer, number, override
+from rlpar.typed_config import integer, number, override
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "behaviour_logp", "target_logp", "advantages", "returns")
@@ -47,20 +47,17 @@ class APPOConfig(IMPALAConfig):
     """APPO's keys (conf/algo/appo.yaml): IMPALA's V-trace, PPO's clipped minibatch epochs on a
     buffer of batches, and a target network."""
 
-    max_grad_norm: float = override(ActorCriticConfig, "max_grad_norm", 0.5)
+    lr: float = override(ActorCriticConfig, "lr", 5e-4)
+    anneal_lr: bool = override(ActorCriticConfig, "anneal_lr", False)
+    vtrace_lambda: float = override(IMPALAConfig, "vtrace_lambda", 1.0)
     entropy_coef: float = override(ActorCriticConfig, "entropy_coef", 0.0)
     clip: float = number(0.2, low=0, high=1, low_open=True, high_open=True)
     kl_coef: float = number(0.0, low=0)
-    minibatch_size: int = integer(64, low=1)
-    normalize_advantages: bool = flag(True)
+    minibatch_size: int = integer(64, low=1)  # always minibatches
+    normalize_advantages: bool = override(IMPALAConfig, "normalize_advantages", True)
     reuse_per_batch: int = integer(2, low=1)  # epochs over each batch
     buffer_batches: int = integer(4, low=1)  # batches kept for reuse
     target_update_every: int = integer(4, low=1)  # updates between target-network copies
-    sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
-
-    @classmethod
-    def config_problems(cls, config) -> list[str]:
-        return super().config_problems(config) + minibatch_problems(config)
 
 
 class APPOLearner(Learner):
@@ -133,25 +130,14 @@ class APPOLearner(Learner):
         }
 
     def train_on(self, data: dict) -> tuple[list[torch.Tensor], list[int]]:
-        """One pass of shuffled minibatches (with peers, every learner as many: see
-        `minibatch_plan`); the target network follows every few steps, on every learner alike.
-        A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each.
-        Each step's loss parts, and the samples (rows or pieces) of each step's minibatch."""
-        if "valid" in data:  # mb: pieces a minibatch
-            size, mb = data["valid"].shape[1], pieces_per_minibatch(data["valid"], self.minibatch_size)
-            plan = {"size": self.minibatch_size}
-        else:
-            size = len(data["obs"])
-            mb, count = self.peers.minibatch_plan(size, self.minibatch_size)
-            plan = {"size": mb, "count": count}
-        order = torch.from_numpy(self.rng.permutation(size))
-        stats = []
-        for part in minibatches(data, order, **plan):  # one minibatch at a time: the target network may follow
-            stats.append(self.gradient_step.steps(**part)[1][0])
-            self.gradient_steps += 1
-            if self.gradient_steps % self.target_update_every == 0:
-                self.target_model.load_state_dict(self.model.state_dict())
-        return stats, [mb] * len(stats)
+        """One pass of shuffled minibatches (`minibatch_pass`); the target network follows every
+        few steps, on every learner alike."""
+        return self.minibatch_pass(data, self.minibatch_size, after_step=self.count_step)
+
+    def count_step(self) -> None:
+        self.gradient_steps += 1
+        if self.gradient_steps % self.target_update_every == 0:
+            self.target_model.load_state_dict(self.model.state_dict())
 
     def on_joining_peers(self) -> None:
         """Every learner's buffer starts empty, so that all hold batches of the same updates and
@@ -205,7 +191,7 @@ class APPO(IMPALA):
     target network (`learning_inputs`, once), the learner's passes, the update's end (IMPALA's
     iteration with APPO's learner)."""
 
-    Config = APPOConfig
+    Config = APPOConfig  # type: ignore[assignment]  # its minibatch_size is never null
     learner_class: type[APPOLearner] = APPOLearner  # type: ignore[assignment]
     learner: APPOLearner  # type: ignore[assignment]
     # Sampling overlaps learning only on request (parallel.sync_mode=non_blocking): with updates

@@ -1,16 +1,18 @@
-"""IMPALA (Espeholt et al. 2018): actors sample on with stale weights; V-trace corrects for it.
+"""IMPALA (Espeholt et al. 2018): V-trace corrects for the policy that acted not being the learner's.
 
 One iteration: take the rollouts that have arrived (at least `batches_per_update`) -> evaluate
 them with the learner's current policy and values -> V-trace targets and policy-gradient
 advantages, bootstrapped from the learner's own value of each rollout's last observation -> one
-gradient step -> new weights, which returning actors pick up at once. Actors never wait for the
-learner (`sync_mode` non_blocking by default); the lag between the policy that acted and the one
-that learns is reported every iteration and, unlike PPO's, not capped (`max_policy_lag` null).
-In `parallel=local` it is synchronous, with lag 0.
+pass of shuffled minibatches over the batch (`minibatch_size`; null: the paper's single gradient
+step on the whole batch) -> new weights. Sampling is blocking unless
+`parallel.sync_mode=non_blocking` asks for actors that sample on with stale weights: the lag is
+then reported every iteration and, unlike PPO's, not capped (`max_policy_lag` null). With a pass
+of minibatches per batch, data one version old already undid learning in measured runs (README,
+"APPO, IMPALA and policy lag").
 
-A recurrent policy (`model.recurrent`) learns over whole rollouts (Sample Factory's recurrence
-equal to the rollout): the targets and the gradient step both unroll the model over the rollout
-from the state stored at its start, with the resets at episode ends inside it.
+A recurrent policy (`model.recurrent`) takes its targets from the model unrolled over each whole
+rollout from the state stored at its start; its minibatches are whole pieces of
+`sequence_length` steps (whole rollouts by default), each replayed from its stored state.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult
+from rlpar.algos.base import ActorCriticConfig, Algorithm, StepResult, minibatch_problems
 from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
 from rlpar.learning.estimators.vtrace import compute_vtrace, offpolicy_metrics
@@ -29,7 +32,7 @@ from rlpar.learning.losses.ppo_loss import policy_gradient_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
 from rlpar.learning.optimization.optim import adam
 from rlpar.learning.optimization.step import LearningRate
-from rlpar.typed_config import integer, number, override
+from rlpar.typed_config import flag, integer, number, override
 
 # What an update's gradient step takes from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "returns")  # returns: V-trace's targets vs
@@ -39,17 +42,27 @@ LEARNING_ARRAYS = ("obs", "actions", "pg_advantages", "returns")  # returns: V-t
 class IMPALAConfig(ActorCriticConfig):
     """IMPALA's keys (conf/algo/impala.yaml): V-trace's, besides every learner's."""
 
-    lr: float = override(ActorCriticConfig, "lr", 5e-4)
-    max_grad_norm: float = override(ActorCriticConfig, "max_grad_norm", 40.0)
-    vtrace_lambda: float = number(1.0, low=0, high=1)
+    lr: float = override(ActorCriticConfig, "lr", 1e-3)
+    anneal_lr: bool = override(ActorCriticConfig, "anneal_lr", True)
+    max_grad_norm: float = override(ActorCriticConfig, "max_grad_norm", 0.5)
+    vtrace_lambda: float = number(0.95, low=0, high=1)
     clip_rho_threshold: float = number(1.0, low=0, low_open=True, infinite_ok=True)  # inf: no truncation
     clip_c_threshold: float = number(1.0, low=0, low_open=True, infinite_ok=True)
-    batches_per_update: int = integer(1, low=1)  # worker rollouts per gradient step
+    batches_per_update: int = integer(1, low=1)  # worker rollouts per update
+    minibatch_size: int | None = integer(64, low=1, optional=True)  # None: one step on the whole batch
+    normalize_advantages: bool = flag(True)  # over each minibatch
+    sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        return super().config_problems(config) + minibatch_problems(config)
 
 
 class IMPALALearner(Learner):
     """IMPALA's update: one gradient step of the V-trace actor-critic loss on a batch's
-    prepared targets and advantages."""
+    prepared targets and advantages, or one pass of shuffled minibatches over it."""
+
+    rng: np.random.Generator
 
     def __init__(
         self,
@@ -76,28 +89,46 @@ class IMPALALearner(Learner):
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
         self.compiled = compile_setting(
             config.compile,
-            expected_gradient_steps=total_steps // batch_steps,
+            expected_gradient_steps=total_steps // (config.minibatch_size or batch_steps),
             precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
         )
+        self.minibatch_size, self.sequence_length = config.minibatch_size, config.sequence_length
+        self.normalize_advantages = config.normalize_advantages
         self.gradient_step = gradient_step(
             self.batch_loss,
             model=self.model,
             guard=self.step,
             compiled=self.compiled,
-            dynamic=True,
+            dynamic=self.minibatch_size is None,  # whole batches: their valid steps vary
             switch=config.compile_switch,
         )
+        self.rng = np.random.default_rng([seed, 3])
 
     def learn(self, inputs: dict) -> dict:
-        """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`)."""
-        loss_policy, loss_value, loss_entropy = self.step_on_valid_steps(inputs, LEARNING_ARRAYS).tolist()
+        """The gradient step on the valid steps of `inputs` (see `step_on_valid_steps`), or with
+        `minibatch_size` a pass of minibatches over them (`minibatch_pass`)."""
+        if self.minibatch_size is None:
+            parts = self.step_on_valid_steps(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
+            steps = 1
+        else:
+            self.peers.receive(self.model, self.optimizer, inputs["lr"])
+            data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
+            stats, samples = self.minibatch_pass(data, self.minibatch_size)
+            self.gradient_step.settle()
+            steps = len(stats)
+            parts = (  # each minibatch's over all its rows (every learner's), then the mean
+                self.peers.means_per_row(torch.stack(stats), samples=samples).nanmean(0)
+                if stats
+                else torch.full((3,), float("nan"))
+            )
+        loss_policy, loss_value, loss_entropy = parts.tolist()
         return {
             "loss_policy": loss_policy,
             "loss_value": loss_value,
             "loss_entropy": loss_entropy,
-            "gradient_steps": 1,
+            "gradient_steps": steps,
             **self.step.metrics(),
         }
 
@@ -108,10 +139,21 @@ class IMPALALearner(Learner):
             self.model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
         )
         pg_advantages, returns = valid_steps(pg_advantages, valid), valid_steps(returns, valid)
+        if self.normalize_advantages:  # over the minibatch: all its rows, every learner's
+            pg_advantages = self.peers.normalize(pg_advantages)
         p_loss = policy_gradient_loss(logp, pg_advantages)
         v_loss = value_loss(values, returns, None, None)
         entropy = entropy.mean()
         return p_loss + self.value_coef * v_loss - self.entropy_coef * entropy, torch.stack((p_loss, v_loss, entropy))
+
+    def state_dict(self) -> dict:
+        """Model and optimiser, and the minibatches' random state (a resumed run continues exactly)."""
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if "rng" in state:  # checkpoints from before minibatch passes have none
+            self.rng.bit_generator.state = state["rng"]
 
 
 class IMPALA(Algorithm):
@@ -121,7 +163,9 @@ class IMPALA(Algorithm):
     Config = IMPALAConfig
     learner_class: type[IMPALALearner] = IMPALALearner
     learner: IMPALALearner
-    sync_mode = "non_blocking"
+    # Sampling overlaps learning only on request (parallel.sync_mode=non_blocking): with a pass
+    # of minibatches per batch, data one or more versions old undoes learning (README, Algorithms).
+    sync_mode = "blocking"
     max_policy_lag = None
     data_parallel = True
     recurrent_policies = True

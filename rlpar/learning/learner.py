@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rlpar.learning.estimators.sequences import step_tensors
+from rlpar.learning.estimators.sequences import minibatches, pieces_per_minibatch, step_tensors
 from rlpar.learning.optimization.optim import load_optimizer_state, optimizer_state
 from rlpar.learning.optimization.step import GuardedStep, LearningRate
 from rlpar.learning.peers import ALONE, Alone
@@ -100,6 +100,27 @@ class Learner(ABC):
             device=self.device,
             recurrent=self.model.recurrent,
         )
+
+    def minibatch_pass(self, data: dict, minibatch_size: int, after_step=None) -> tuple[list[torch.Tensor], list[int]]:
+        """One pass of shuffled minibatches over `learning_tensors`' `data` (with peers, every
+        learner as many: `minibatch_plan`), drawn from `self.rng`; `after_step()` after each
+        step. A recurrent policy's minibatches are whole pieces, about `minibatch_size` steps each.
+        Each step's loss parts, and the samples (rows or pieces) of each step's minibatch."""
+        assert self.rng is not None, "a learner that takes minibatch passes draws their order from self.rng"
+        if "valid" in data:  # mb: pieces a minibatch
+            size, mb = data["valid"].shape[1], pieces_per_minibatch(data["valid"], minibatch_size)
+            plan = {"size": minibatch_size}
+        else:
+            size = len(data["obs"])
+            mb, count = self.peers.minibatch_plan(size, minibatch_size)
+            plan = {"size": mb, "count": count}
+        order = torch.from_numpy(self.rng.permutation(size))
+        stats = []
+        for part in minibatches(data, order, **plan):  # one minibatch at a time: after_step may act between
+            stats.append(self.gradient_step.steps(**part)[1][0])
+            if after_step is not None:
+                after_step()
+        return stats, [mb] * len(stats)
 
     def state_dict(self) -> dict:
         """Weights and optimiser state; a learner with more (target networks, a second

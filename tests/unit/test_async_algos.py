@@ -23,11 +23,11 @@ def test_learns_cartpole_in_a_small_budget(make_cfg, tmp_path, algo):
     assert reached is not None and reached <= 150_000
 
 
-def test_impala_actors_sample_ahead_of_the_learner(make_cfg, tmp_path):
-    """multiprocess, sync_mode auto -> non_blocking: no batch dropped however stale (IMPALA
-    corrects for lag instead), lag recorded, the learner's wait for data reported."""
+def test_impala_actors_sample_ahead_of_the_learner_when_asked(make_cfg, tmp_path):
+    """multiprocess, sync_mode non_blocking: no batch dropped however stale (IMPALA corrects for
+    lag instead), lag recorded, the learner's wait for data reported."""
     trainer = build_trainer(make_cfg("algo=impala", "parallel=multiprocess", "workers=2", "total_steps=100000",
-                                     "checkpoint.every=0", run_dir=tmp_path / "mp"))
+                                     "parallel.sync_mode=non_blocking", "checkpoint.every=0", run_dir=tmp_path / "mp"))
     try:
         assert trainer.sampler.sync_mode == "non_blocking" and trainer.sampler.max_policy_lag is None
         rows = [trainer.train() for _ in range(30)]
@@ -43,13 +43,15 @@ def test_impala_actors_sample_ahead_of_the_learner(make_cfg, tmp_path):
     assert all(0.0 <= r["learner_wait_fraction"] <= 1.0 and 0.0 <= r["actor_idle_fraction"] < 1.0 for r in rows)
 
 
-def test_appo_samples_in_blocking_rounds_by_default(make_cfg, tmp_path):
-    """APPO learns as much per sample as PPO, which lagging data undoes: overlap is opt-in."""
-    trainer = build_trainer(make_cfg("algo=appo", "parallel=multiprocess", "workers=2", run_dir=tmp_path / "a"))
+@pytest.mark.parametrize("algo", ["impala", "appo"])
+def test_impala_and_appo_sample_in_blocking_rounds_by_default(make_cfg, tmp_path, algo):
+    """Both learn a pass of minibatches per batch, which lagging data undoes: overlap is opt-in."""
+    trainer = build_trainer(make_cfg(f"algo={algo}", "parallel=multiprocess", "workers=2", run_dir=tmp_path / "a"))
     try:
         assert trainer.sampler.sync_mode == "blocking"
         row = trainer.train()
-        assert row["policy_lag_max"] == 0 and row["offpolicy_log_ratio"] < 0.05  # against the target network
+        # IMPALA's targets come from the learner's own weights, APPO's from its target network
+        assert row["policy_lag_max"] == 0 and row["offpolicy_log_ratio"] < (1e-4 if algo == "impala" else 0.05)
     finally:
         trainer.close()
 

@@ -83,7 +83,8 @@ def test_close_leaves_no_thread_process_or_shared_memory(make_cfg, tmp_path):
     from multiprocessing import shared_memory
 
     trainer = build_trainer(make_cfg("algo=impala", "parallel=multiprocess", "workers=2", "envs_per_worker=2",
-                                     "parallel.inference=central", run_dir=tmp_path / "c"))
+                                     "parallel.inference=central", "parallel.sync_mode=non_blocking",
+                                     run_dir=tmp_path / "c"))
     assert trainer.sampler.sync_mode == "non_blocking"
     trainer.train()
     server = trainer.sampler.inference

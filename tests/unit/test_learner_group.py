@@ -148,7 +148,7 @@ def assert_logged_as_alone(group: list[tuple], alone: dict) -> None:
 CASES = {  # options, updates: every case's gradient steps are on whole batches (or whole minibatches)
     "ppo": ({"epochs": 4, "minibatch_size": WHOLE_BATCH}, 1),  # 4 epochs, advantages normalised
     "a2c": ({"normalize_advantages": True}, 2),
-    "impala": ({}, 2),
+    "impala": ({"minibatch_size": WHOLE_BATCH, "normalize_advantages": False}, 2),  # a pass of one minibatch
     "appo": ({"minibatch_size": WHOLE_BATCH, "target_update_every": 3}, 3),  # the buffer's reuse, a target refresh
     "dqn": ({"batch_size": 33, "target_update_every": 3}, 2),  # 4 steps, a target refresh, rows 17 + 16
 }

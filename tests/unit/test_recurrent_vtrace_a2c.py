@@ -102,9 +102,11 @@ def test_pieces_replay_what_the_actors_computed(rollout, length):
 def test_impala_update_is_the_loss_of_the_actors_outputs(rollout):
     """The gradient step's loss, computed from the learner's unroll with gradients, equals the
     loss of the actors' log-probabilities and values against the V-trace targets (on-policy, the
-    targets of the acting values), and the step moves the weights."""
+    targets of the acting values), and the step moves the weights: the paper's update, one step
+    on the whole batch (`minibatch_size` null), with its lambda of 1."""
     policy_spec, batch = rollout
-    impala = make(IMPALA, policy_spec, normalize_rewards=False)
+    impala = make(IMPALA, policy_spec, normalize_rewards=False, minibatch_size=None, vtrace_lambda=1.0,
+                  normalize_advantages=False)
     before = flat_weights(impala)
     stats = impala.update(batch)
     vs, pg_advantages = compute_vtrace(behaviour_logp=batch.logp, target_logp=batch.logp, rewards=batch.rewards,
@@ -115,6 +117,17 @@ def test_impala_update_is_the_loss_of_the_actors_outputs(rollout):
     assert stats["loss_policy"] == pytest.approx(-np.mean(batch.logp[keep] * pg_advantages[keep]), rel=1e-4, abs=1e-6)
     assert stats["loss_value"] == pytest.approx(0.5 * np.mean((batch.values[keep] - vs[keep]) ** 2), rel=1e-4)
     assert stats["gradient_steps"] == 1
+    assert not np.allclose(flat_weights(impala), before)
+
+
+def test_impala_minibatch_pass_steps_once_per_piece_group(rollout):
+    """The default update: one pass of shuffled minibatches of whole pieces (32-step rollouts of
+    4 environments, 64 steps a minibatch: two pieces each, two steps), the weights moved."""
+    policy_spec, batch = rollout
+    impala = make(IMPALA, policy_spec, normalize_rewards=False, minibatch_size=64)
+    before = flat_weights(impala)
+    stats = impala.update(batch)
+    assert stats["gradient_steps"] == 2 and np.isfinite(stats["loss_policy"])
     assert not np.allclose(flat_weights(impala), before)
 
 
