@@ -1,6 +1,10 @@
 """Atari frames per second of each sampler, training included (PPO and IMPALA on Pong, 2 cores).
 
-    .venv/bin/python benchmarks/atari_fps.py [--steps 40000] [--algos ppo impala]
+    .venv/bin/python benchmarks/atari_fps.py [--steps 40000] [--algos ppo impala] [--samplers ...]
+        [--precisions fp32 auto]
+
+`--precisions`: each (algo, sampler) row once per `algo.precision`, run one after the other (auto
+is the default: bf16 for the CNN on a CPU with native bf16 arithmetic).
 
 Each row is one `python main.py env=atari ...` run with the algorithm's Atari preset
 (conf/preset/<algo>/ALE.yaml) and the CNN `auto` picks (Nature, torch acting copy). `frames/s`
@@ -29,12 +33,13 @@ SAMPLERS = {  # the workers each sampler gets on 2 cores
 }
 
 
-def run(algo: str, sampler: str, steps: int) -> dict:
+def run(algo: str, sampler: str, steps: int, precision: str = "auto") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "main.py", "env=atari", "env.id=ALE/Pong-v5", f"algo={algo}", *SAMPLERS[sampler],
-             f"total_steps={steps}", "progress=false", "checkpoint.every=0", f"hydra.run.dir={tmp}"],
+             f"total_steps={steps}", f"algo.precision={precision}", "progress=false", "checkpoint.every=0",
+             f"hydra.run.dir={tmp}"],
             cwd=ROOT, capture_output=True, text=True,
         )
         process_s = time.perf_counter() - start
@@ -55,19 +60,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40_000, help="agent steps per run")
     parser.add_argument("--algos", nargs="+", default=["ppo", "impala"])
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--precisions", nargs="+", default=["auto"], help="algo.precision values, alternated")
     args = parser.parse_args()
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, {args.steps:,} agent steps a run")
-    print("| algo | sampler | frames/s (second half) | frames/s (whole run) | learner share | process s |")
-    print("|---|---|---|---|---|---|")
+    print("| algo | sampler | precision | frames/s (second half) | frames/s (whole run) | learner share | process s |")
+    print("|---|---|---|---|---|---|---|")
     for algo in args.algos:
-        for sampler in SAMPLERS:
-            r = run(algo, sampler, args.steps)
-            if "error" in r:
-                print(f"| {algo} | {sampler} | error: {r['error']} | | | |", flush=True)
-                continue
-            print(f"| {algo} | {sampler} | {r['frames_per_s']:,.0f} | {r['total_frames_per_s']:,.0f} | "
-                  f"{r['learn_share']:.0%} | {r['process_s']:.0f} |", flush=True)
+        for sampler in args.samplers:
+            for precision in args.precisions:
+                r = run(algo, sampler, args.steps, precision)
+                if "error" in r:
+                    print(f"| {algo} | {sampler} | {precision} | error: {r['error']} | | | |", flush=True)
+                    continue
+                print(f"| {algo} | {sampler} | {precision} | {r['frames_per_s']:,.0f} | {r['total_frames_per_s']:,.0f} | "
+                      f"{r['learn_share']:.0%} | {r['process_s']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ class LearnerConfig(AlgorithmConfig):
     min_lr_fraction: float = number(0.0, low=0, high=1)
     max_grad_norm: float = number(0.5, low=0, low_open=True, infinite_ok=True)  # inf: no clipping (SAC, TD3)
     max_consecutive_nonfinite: int = integer(20, low=1)
-    precision: str = text("fp32")  # one of the algorithm's `precisions`
+    precision: str = text("auto")  # auto, or one of the algorithm's `precisions`
     compile: bool | str = choice("auto", ("auto", True, False))
     compile_switch: int | str = integer(
         COMPILE_SWITCH_STEP, low=0, also=("ready",), words="a gradient step (an integer >= 0) or ready"
@@ -73,11 +73,11 @@ class LearnerConfig(AlgorithmConfig):
 
     @classmethod
     def config_problems(cls, config) -> list[str]:
-        """algo.precision: one the algorithm learns in (its `precisions`)."""
+        """algo.precision: one the algorithm learns in (its `precisions`), or auto."""
         allowed, precision = config.algorithm.get("precisions"), config.get("algo.precision")
-        if allowed and isinstance(precision, str) and precision not in allowed:
+        if allowed and isinstance(precision, str) and precision not in (*allowed, "auto"):
             return [
-                f"algo.precision: {precision!r} is not one of {', '.join(allowed)} "
+                f"algo.precision: {precision!r} is not one of auto, {', '.join(allowed)} "
                 f"(what {config.get('algo.name')} learns in)"
             ]
         return []

@@ -16,6 +16,7 @@ from rlpar.config.validate import ConfigError
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.envs.probe import EnvProbe, probe_env
 from rlpar.envs.state_pickle import state_dropped_message
+from rlpar.learning.optimization.precision import resolve_precision
 from rlpar.learning.peers import BatchShape
 from rlpar.logging.progress import ProgressLine
 from rlpar.models.multi_agent import MultiAgentSpec
@@ -95,6 +96,14 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         normalize_obs=container["model"].get("normalize_obs"),
     )
 
+    if "precision" in algo:  # resolved once, for the learner and any workers that compute gradients
+        algo["precision"] = resolve_precision(
+            algo["precision"],
+            images=getattr(policy_spec, "has_images", False),
+            device=container["hardware"]["device"],
+            allowed=getattr(algo_cls, "precisions", ("fp32",)),
+        )
+        log.info("algo.precision: %s", algo["precision"])
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
     sampler = make_sampler(
         **sampling_defaults(container["parallel"], algo_cls),

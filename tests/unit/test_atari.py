@@ -213,6 +213,18 @@ def test_impala_atari_preset_takes_32_trajectories_of_20_steps(make_cfg):
     assert algo.batches_per_update * cfg.envs_per_worker == 32
     assert make_cfg("env=atari", "algo=impala", "envs_per_worker=16").algo.batches_per_update == 2
     assert make_cfg("env=atari", "algo=impala", "algo.lr=1e-3").algo.lr == 1e-3  # the user's keys win
+    assert (algo.minibatch_size, algo.normalize_advantages, algo.vtrace_lambda) == (None, False, 1.0)  # the paper's step
+
+
+@pytest.mark.parametrize("workers", [1, 4, 16])
+def test_appo_atari_preset_learns_cleanrls_batch_in_cleanrls_passes(make_cfg, workers):
+    """PPO's Atari batch (8 environments x 128 steps) an update, whatever the workers, trained on
+    in 4 passes of minibatches of 256."""
+    cfg = make_cfg("env=atari", "algo=appo", "parallel=distributed", f"workers={workers}")
+    algo = cfg.algo
+    assert algo.batches_per_update * cfg.envs_per_worker * algo.rollout_length == 1024
+    assert (algo.rollout_length, algo.minibatch_size, algo.reuse_per_batch, algo.clip) == (128, 256, 4, 0.1)
+    assert (algo.lr, algo.anneal_lr, algo.reward_clip, algo.normalize_rewards) == (2.5e-4, True, 1.0, False)
 
 
 def test_the_run_names_the_namespace_preset(make_cfg):

@@ -11,6 +11,8 @@ from rlpar.algos.ppo import LEARNING_ARRAYS
 from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.losses.actor_critic import ActorCriticLoss
+from rlpar.learning.optimization.precision import native_bf16, resolve_precision
+from rlpar.runtime.build import build_trainer
 from rlpar.learning.estimators.batch_tensors import valid_step_tensors
 from rlpar.sampling.gradient_worker import GradientWorker
 from tests.rollouts import cartpole_rollout
@@ -121,7 +123,7 @@ def test_an_a3c_workers_bf16_gradient_is_float32_and_near_its_fp32_gradient():
     policy_spec, batch = cartpole_rollout(make_a2c)
     weights = make_a2c(policy_spec).get_weights()
     gradients = {}
-    for precision in ("fp32", "bf16"):
+    for precision in ("auto", "fp32", "bf16"):
         worker = GradientWorker(env_spec=resolve_env_spec(id="CartPole-v1"), policy_spec=policy_spec, num_envs=1,
                                 rollout_length=4, seed=0, objective=ActorCriticLoss(gamma=GAMMA), precision=precision)
         try:
@@ -135,12 +137,39 @@ def test_an_a3c_workers_bf16_gradient_is_float32_and_near_its_fp32_gradient():
 
 
 @pytest.mark.parametrize("overrides, problem", [
-    (("algo.precision=fp8",), "algo.precision: 'fp8' is not one of fp32, bf16, fp16 (what ppo learns in)"),
-    (("algo=a3c", "algo.precision=fp16"), "algo.precision: 'fp16' is not one of fp32, bf16 (what a3c learns in)"),
+    (("algo.precision=fp8",), "algo.precision: 'fp8' is not one of auto, fp32, bf16, fp16 (what ppo learns in)"),
+    (("algo=a3c", "algo.precision=fp16"), "algo.precision: 'fp16' is not one of auto, fp32, bf16 (what a3c learns in)"),
 ])
 def test_a_precision_the_algorithm_does_not_learn_in_is_refused_in_one_line(make_cfg, overrides, problem):
     with pytest.raises(ConfigError) as refused:
         validate_config(make_cfg(*overrides), check_env=False)
     assert refused.value.problems == [problem]
-    for precision in ("fp32", "bf16"):
+    for precision in ("auto", "fp32", "bf16"):
         validate_config(make_cfg(*overrides[:-1], f"algo.precision={precision}"), check_env=False)
+
+
+def cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as cpuinfo:
+        return set(cpuinfo.read().split())
+
+
+def test_auto_precision_is_bf16_only_for_image_models_on_native_bf16_hardware():
+    """The rule, with this machine's answer read independently of the code under test."""
+    native = bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    assert native_bf16("cpu") is native
+    assert resolve_precision("auto", images=True, device="cpu", allowed=("fp32", "bf16")) == ("bf16" if native else "fp32")
+    assert resolve_precision("auto", images=False, device="cpu", allowed=("fp32", "bf16")) == "fp32"
+    assert resolve_precision("auto", images=True, device="cpu", allowed=("fp32",)) == "fp32"
+    assert resolve_precision("fp16", images=False, device="cpu", allowed=("fp32",)) == "fp16"  # kept: validation refuses it
+
+
+@pytest.mark.parametrize("env_overrides, images", [(("env.id=CartPole-v1",), False),
+                                                   (("env=atari", "env.id=ALE/Pong-v5", "envs_per_worker=1"), True)])
+def test_a_run_resolves_auto_precision_before_its_learner_is_built(make_cfg, tmp_path, env_overrides, images):
+    """What the learner steps in: fp32 for an MLP; for a CNN, bf16 where this CPU has it."""
+    trainer = build_trainer(make_cfg(*env_overrides, "total_steps=1000", run_dir=tmp_path / "run"))
+    try:
+        expected = "bf16" if images and native_bf16("cpu") else "fp32"
+        assert trainer.algorithm.learner.step.precision == expected
+    finally:
+        trainer.close()
