@@ -12,7 +12,9 @@ the best one and the command that reruns it, how many ended how, and their curve
 
 A benchmark sweep (`experiment=benchmark`, or `--benchmark`) is reported as RL Baselines3 Zoo's
 table: a row per (algorithm, environment, parallel mode), rlpar's final deterministic evaluation
-over seeds beside RL-Zoo's figure and budget, and a learning curve per row (docs/benchmark_table.md).
+over seeds beside RL-Zoo's figure and budget (CleanRL's on Atari), the time each row and the PPO
+row of its environment took to reach the figure minus one std, and a learning curve per row
+(docs/benchmark_table.md).
 """
 
 from __future__ import annotations
@@ -213,18 +215,25 @@ def _mode(row: dict) -> str:
 
 
 def _zoo_row(row: dict) -> str:
+    """The reference row compared with; CleanRL's named as such (the columns say RL-Zoo)."""
     if row["rl_zoo_algo"] is None:
         return "- (RL-Zoo has none)"
     nearest = f" ({row['rl_zoo_algo'].upper()}'s row)" if row["rl_zoo_algo"] != row["algo"] else ""
-    return f"{row['rl_zoo_algo']} {row['rl_zoo_env']}{nearest}"
+    source = "" if row.get("reference_source") in (None, rl_zoo.RL_ZOO) else f"{row['reference_source']}: "
+    return f"{source}{row['rl_zoo_algo']} {row['rl_zoo_env']}{nearest}"
+
+
+def _time_to_bar(seconds: float | None, seeds: str | None) -> str:
+    """`<mean time> (<reached>/<seeds>)`; `-` without a bar to reach (or no PPO row)."""
+    return "-" if seeds is None else f"{_duration(seconds)} ({seeds})"
 
 
 def benchmark_table(rows: list[dict]) -> str:
     lines = [
         "| algorithm | environment | mode | seeds | rlpar: final evaluation (mean +- std over seeds) | RL-Zoo row | "
         "RL-Zoo (mean +- std) | RL-Zoo budget | ratio | reached RL-Zoo - 1 std | env steps | training wall time | "
-        "curve |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "time to RL-Zoo - 1 std (seeds) | PPO's | curve |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         zoo = "-" if r["rl_zoo_mean"] is None else f"{r['rl_zoo_mean']:.1f} +- {r['rl_zoo_std']:.1f}"
@@ -232,7 +241,9 @@ def benchmark_table(rows: list[dict]) -> str:
             f"| {r['algo']} | {r['env']} | {_mode(r)} | {r['seeds']} | "
             f"{r['eval_return_mean']:.1f} +- {r['eval_return_std']:.1f} | {_zoo_row(r)} | {zoo} | "
             f"{_fmt(r['rl_zoo_budget'])} | {_fmt(r['ratio'], '.2f')} | {r['reached_rl_zoo_minus_std'] or '-'} | "
-            f"{_fmt(r['env_steps_mean'])} | {_duration(r['wall_time_s_mean'])} | [png]({r['curve']}) |"
+            f"{_fmt(r['env_steps_mean'])} | {_duration(r['wall_time_s_mean'])} | "
+            f"{_time_to_bar(r['time_to_bar_s_mean'], r['time_to_bar_seeds'])} | "
+            f"{_time_to_bar(r['ppo_time_to_bar_s_mean'], r['ppo_time_to_bar_seeds'])} | [png]({r['curve']}) |"
         )
     return "\n".join(lines)
 
@@ -251,6 +262,7 @@ def write_benchmark_report(sweep_dir: Path, out_dir: Path, runs) -> Path:
     plots = plot_benchmark_curves(group_rows(runs), out_dir)
     judged = [r for r in rows if r["reached_rl_zoo_minus_std"] is not None]
     nearest = sorted({(r["algo"], r["rl_zoo_algo"]) for r in rows if r["rl_zoo_algo"] not in (None, r["algo"])})
+    cleanrl = [r for r in rows if r["reference_source"] == rl_zoo.CLEANRL]
     lines = [
         f"# Benchmark report: {sweep_dir}",
         "",
@@ -266,12 +278,27 @@ def write_benchmark_report(sweep_dir: Path, out_dir: Path, runs) -> Path:
         "its evaluation episodes (the std is one agent's spread over episodes, not over seeds). Its rows were "
         "measured on LunarLander-v2, LunarLanderContinuous-v2 and MuJoCo's v3 tasks (mujoco-py), which rlpar "
         "trains as Gymnasium 1.4's -v3 and v5.",
+        *(
+            [
+                f"- **CleanRL**: the reference of {', '.join(sorted({r['env'] for r in cleanrl}))} (every other "
+                "row's is RL-Zoo's), in the RL-Zoo columns and marked CleanRL there: "
+                f"{rl_zoo.CLEANRL_SOURCE}: PPO's episodic return, mean and std over seeds, at 10M agent steps "
+                "(40M frames): 4x the Atari rows' budget of 2.5M agent steps (10M frames), and on the "
+                "NoFrameskip-v4 games without sticky actions, where rlpar trains ALE's v5 with them."
+            ]
+            if cleanrl
+            else []
+        ),
         "- **ratio**: rlpar / RL-Zoo where RL-Zoo's figure is positive, RL-Zoo / rlpar where it is negative: above 1 "
         "is better than RL-Zoo, below 1 worse, either way (below 0: rlpar's is negative, RL-Zoo's positive); - for "
         "a negative RL-Zoo figure against a return of 0 or more.",
         "- **reached RL-Zoo - 1 std**: rlpar's mean over seeds >= RL-Zoo's mean minus RL-Zoo's std.",
         "- **env steps** and **training wall time**: means over seeds, as `metrics.jsonl` ends (the evaluation "
         "and start-up are not counted).",
+        "- **time to RL-Zoo - 1 std (seeds)**: the training wall time at which a seed's training return (`episode_"
+        "return_mean` of `metrics.jsonl`) first reached the reference's figure minus one std, the mean over the "
+        "seeds that reached it (how many of how many in brackets); **PPO's**: the same, to the same bar, of the PPO "
+        "row of the environment in this sweep (- where there is none).",
     ]
     if nearest:
         lines.append(

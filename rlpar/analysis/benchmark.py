@@ -1,11 +1,17 @@
 """The benchmark table (`experiment=benchmark`): rlpar's final deterministic evaluations, over seeds,
-beside RL Baselines3 Zoo's published figures (rlpar/analysis/rl_zoo.py).
+beside RL Baselines3 Zoo's published figures, CleanRL's for Atari (rlpar/analysis/rl_zoo.py).
 
 A row is one (algorithm, environment, parallel mode, workers); its seeds are the repetitions. Each
 seed's figure is its own final evaluation: `eval_episodes` episodes of the deterministic policy on
 fresh environments, which the run appends to `evaluations.jsonl` (`source: training`); a run
 trained without one can be given one afterwards with `rlpar evaluate RUN_DIR --episodes 20`, whose
 row is used when it evaluated the run's final env steps.
+
+Beside the final figure, each row says how fast it got there: per seed, the training wall time
+(`wall_time_s` of metrics.jsonl) at which the training return (`episode_return_mean`) first
+reached the reference's bar (its figure minus one std); the mean over the seeds that reached it,
+how many of how many did; and the same of the PPO row of the same environment in the sweep, timed
+to this row's bar (the same score), so that every algorithm is set beside PPO's time.
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ TRAINING = "training"  # `source` of the row a run's own final evaluation writes
 # Rows in the order of RL-Zoo's table here: classic control, Box2D, MuJoCo; RL-Zoo's algorithms,
 # then those compared with another's row.
 ALGO_ORDER = ("ppo", "a2c", "dqn", "sac", "td3", "impala", "appo", "apex", "apex_sac", "apex_td3")
-_ENV_ORDER = {env: index for index, env in enumerate(dict.fromkeys(row.env for row in rl_zoo.ROWS))}
+_ENV_ORDER = {
+    env: index for index, env in enumerate(dict.fromkeys(row.env for row in (*rl_zoo.ROWS, *rl_zoo.CLEANRL_ROWS)))
+}
+PPO = "ppo"  # the algorithm whose time to each row's bar is set beside the row's
 
 COLUMNS = (
     "algo",
@@ -48,6 +57,11 @@ COLUMNS = (
     "env_steps_mean",
     "wall_time_s_mean",
     "curve",
+    "reference_source",
+    "time_to_bar_s_mean",
+    "time_to_bar_seeds",
+    "ppo_time_to_bar_s_mean",
+    "ppo_time_to_bar_seeds",
 )
 
 
@@ -147,12 +161,32 @@ def curve_name(key: tuple) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) + ".png"
 
 
+def time_to_bar(run: Run, bar: float) -> float | None:
+    """The training wall time at which the run's training return first reached `bar`, or None."""
+    first = run.first_reaching(bar)
+    return None if first is None or first.get("wall_time_s") is None else float(first["wall_time_s"])
+
+
+def times_to_bar(runs: list[Run], bar: float | None) -> tuple[float | None, str | None]:
+    """The mean time to `bar` over the runs that reached it, and `<reached>/<runs>`; (None, None) without a bar."""
+    if bar is None:
+        return None, None
+    times = [seconds for run in runs if (seconds := time_to_bar(run, bar)) is not None]
+    return (float(np.mean(times)) if times else None), f"{len(times)}/{len(runs)}"
+
+
 def benchmark_rows(runs: list[Run]) -> list[dict]:
     """One row per (algo, env, mode, workers): rlpar's evaluation over seeds, RL-Zoo's row, the ratio,
     whether RL-Zoo's figure minus one std was reached, env steps and training wall time (means over
-    seeds). The std over seeds is numpy's (ddof 0), as the other reports'."""
+    seeds), the time to that bar and PPO's time to it (the module's docstring). The std over seeds is
+    numpy's (ddof 0), as the other reports'."""
     rows = []
-    for key, members in group_rows(runs).items():
+    groups = group_rows(runs)
+    ppo_runs: dict[str, list[Run]] = {}  # env -> the runs of its first PPO row, in table order
+    for (algo, env, _, _), members in groups.items():
+        if algo == PPO and env not in ppo_runs:
+            ppo_runs[env] = [run for run, _ in members]
+    for key, members in groups.items():
         algo, env, mode, workers = key
         values = [float(evaluation["eval_return_mean"]) for _, evaluation in members]
         mean, std = float(np.mean(values)), float(np.std(values))
@@ -161,6 +195,9 @@ def benchmark_rows(runs: list[Run]) -> list[dict]:
         wall = [seconds for run, _ in members if (seconds := run.final.get("wall_time_s")) is not None]
         ratio = rl_zoo.ratio(mean, zoo.mean) if zoo else None
         hit = reached(mean, zoo)
+        bar = zoo.bar if zoo else None
+        time_mean, time_seeds = times_to_bar([run for run, _ in members], bar)
+        ppo_time_mean, ppo_time_seeds = times_to_bar(ppo_runs[env], bar) if env in ppo_runs else (None, None)
         rows.append(
             {
                 "algo": algo,
@@ -184,6 +221,11 @@ def benchmark_rows(runs: list[Run]) -> list[dict]:
                 "env_steps_mean": float(np.mean([run.final["env_steps"] for run, _ in members])),
                 "wall_time_s_mean": float(np.mean(wall)) if wall else None,
                 "curve": f"curves/{curve_name(key)}",
+                "reference_source": zoo.source if zoo else None,
+                "time_to_bar_s_mean": time_mean,
+                "time_to_bar_seeds": time_seeds,
+                "ppo_time_to_bar_s_mean": ppo_time_mean,
+                "ppo_time_to_bar_seeds": ppo_time_seeds,
             }
         )
     return rows

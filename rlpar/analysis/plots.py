@@ -168,8 +168,9 @@ def plot_learning_curves(runs, out_dir: Path, thresholds: dict[str, float] | Non
 def plot_benchmark_curves(groups: dict, out_dir: Path) -> list[Path]:
     """A benchmark row's learning curve, one PNG each (`curves/<name>`, rlpar.analysis.benchmark.curve_name):
     the training return (last 20 episodes) against env steps, mean and +-1 std band over seeds; each
-    seed's final deterministic evaluation as a dot; RL-Zoo's figure dashed, minus one std dotted,
-    and its budget as a vertical line. `groups`: rlpar.analysis.benchmark.group_rows."""
+    seed's final deterministic evaluation as a dot; the reference's (RL-Zoo's or CleanRL's) figure
+    dashed, minus one std dotted, and its budget as a vertical line.
+    `groups`: rlpar.analysis.benchmark.group_rows."""
     import rlpar.analysis.rl_zoo as rl_zoo
     from rlpar.analysis.benchmark import curve_name
 
@@ -199,11 +200,14 @@ def plot_benchmark_curves(groups: dict, out_dir: Path) -> list[Path]:
             label="rlpar, final deterministic evaluation",
         )
         if zoo is not None:
-            name = f"RL-Zoo {zoo.algo} {zoo.env}"
+            name = f"{zoo.source} {zoo.algo} {zoo.env}"
             ax.axhline(zoo.mean, color="black", linewidth=1, linestyle="--", label=f"{name}: {zoo.mean:g}")
             ax.axhline(zoo.bar, color="black", linewidth=1, linestyle=":", label=f"{name} - 1 std: {zoo.bar:g}")
             ax.axvline(
-                zoo.n_timesteps, color="grey", linewidth=0.8, label=f"RL-Zoo budget: {compact_number(zoo.n_timesteps)}"
+                zoo.n_timesteps,
+                color="grey",
+                linewidth=0.8,
+                label=f"{zoo.source} budget: {compact_number(zoo.n_timesteps)}",
             )
         ax.set_xlabel("env steps")
         ax.set_ylabel("return")

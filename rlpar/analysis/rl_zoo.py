@@ -1,4 +1,6 @@
-"""RL Baselines3 Zoo's published results: the reference figures of `experiment=benchmark`.
+"""The published reference figures of `experiment=benchmark`: RL Baselines3 Zoo's, and CleanRL's for Atari.
+
+Each row names its `source` (`RL_ZOO` or `CLEANRL`); the report says which a row is measured against.
 
 Source: DLR-RM/rl-baselines3-zoo, `benchmark.md` ("Performance of trained agents"), at commit
 0088472b8cb622732bdbc4aa3d0d0abde86c67ed. Each of its rows is ONE trained agent (one seed),
@@ -14,6 +16,14 @@ trains the newer ones, so those rows are references, not like-for-like figures:
 - MuJoCo's v3 tasks on mujoco-py; rlpar trains v5 on the `mujoco` bindings (v5 fixes bugs, e.g.
   Hopper's and Walker2d's healthy reward was paid on unhealthy steps too, and changes some
   defaults of a few tasks).
+
+CleanRL (the Atari rows): vwxyzjn/cleanrl, docs/rl-algorithms/ppo.md, "Experiment results" of
+`ppo_atari.py` (Open RL Benchmark): the mean +- std over seeds (the std IS a spread over seeds) of
+PPO's episodic return, at 10M agent steps = 40M frames, on the NoFrameskip-v4 games without sticky
+actions. rlpar's Atari rows train 2.5M agent steps (10M frames, frame skip 4) on ALE's v5 games
+with sticky actions (0.25, conf/env/atari.yaml): a quarter of CleanRL's budget on a harder
+version, so the rows are references, not like-for-like figures. RL-Zoo has no IMPALA or APPO
+rows, CleanRL's ppo_atari.py none either: they are set against PPO's, as on the other tasks.
 """
 
 from __future__ import annotations
@@ -22,22 +32,27 @@ from dataclasses import dataclass
 
 SOURCE = "DLR-RM/rl-baselines3-zoo, benchmark.md (commit 0088472b8cb6)"
 SOURCE_URL = "https://github.com/DLR-RM/rl-baselines3-zoo/blob/0088472b8cb622732bdbc4aa3d0d0abde86c67ed/benchmark.md"
+RL_ZOO, CLEANRL = "RL-Zoo", "CleanRL"  # a row's `source`
+CLEANRL_SOURCE = 'vwxyzjn/cleanrl, docs/rl-algorithms/ppo.md, "Experiment results" of ppo_atari.py'
+CLEANRL_URL = "https://docs.cleanrl.dev/rl-algorithms/ppo/#ppo_ataripy"
 
 
 @dataclass(frozen=True)
 class ZooRow:
-    """One row of RL-Zoo's table: `env` as RL-Zoo names it."""
+    """One reference row: `env` as its source names it; `eval_episodes` None where the figure is
+    not an evaluation's (CleanRL's: training episodes, over seeds)."""
 
     algo: str
     env: str
     mean: float
     std: float
     n_timesteps: int
-    eval_episodes: int
+    eval_episodes: int | None
+    source: str = RL_ZOO
 
     @property
     def bar(self) -> float:
-        """RL-Zoo's figure minus one of its standard deviations: the return a row must reach (issue 29)."""
+        """The figure minus one of its standard deviations: the return a row must reach (issue 29)."""
         return self.mean - self.std
 
 
@@ -99,7 +114,17 @@ ROWS = tuple(
     )
 )
 
-# The Gymnasium 1.4 id rlpar trains -> the id of RL-Zoo's row (ids not listed are the same in both).
+# CleanRL's ppo_atari.py: algo, the NoFrameskip-v4 id, mean and std over seeds, agent steps (x4 frames).
+CLEANRL_ROWS = tuple(
+    ZooRow(algo, env, mean, std, n_timesteps, None, CLEANRL)
+    for algo, env, mean, std, n_timesteps in (
+        ("ppo", "PongNoFrameskip-v4", 20.36, 0.20, 10 * M),
+        ("ppo", "BreakoutNoFrameskip-v4", 414.66, 28.09, 10 * M),
+        ("ppo", "BeamRiderNoFrameskip-v4", 1915.93, 484.58, 10 * M),
+    )
+)
+
+# The Gymnasium 1.4 id rlpar trains -> the id of the reference's row (ids not listed are the same in both).
 ZOO_ENV = {
     "LunarLander-v3": "LunarLander-v2",
     "LunarLanderContinuous-v3": "LunarLanderContinuous-v2",  # Gymnasium 1.4: LunarLander-v3 with continuous=True
@@ -108,6 +133,9 @@ ZOO_ENV = {
     "Walker2d-v5": "Walker2d-v3",
     "Swimmer-v5": "Swimmer-v3",
     "Ant-v5": "Ant-v3",
+    "ALE/Pong-v5": "PongNoFrameskip-v4",  # CleanRL's: v4 without sticky actions
+    "ALE/Breakout-v5": "BreakoutNoFrameskip-v4",
+    "ALE/BeamRider-v5": "BeamRiderNoFrameskip-v4",
 }
 
 # rlpar algorithms RL-Zoo has no row for, compared against their nearest one's: IMPALA and APPO
@@ -128,9 +156,9 @@ def zoo_algo(algo_name: str | None) -> str | None:
 
 
 def reference(algo_name: str | None, env_id: str | None) -> ZooRow | None:
-    """RL-Zoo's row for an rlpar (algo.name, env.id), or None where RL-Zoo has none."""
+    """The reference row for an rlpar (algo.name, env.id), RL-Zoo's or CleanRL's, or None where neither has one."""
     algo, env = zoo_algo(algo_name), zoo_env(env_id)
-    return next((row for row in ROWS if row.algo == algo and row.env == env), None)
+    return next((row for row in (*ROWS, *CLEANRL_ROWS) if row.algo == algo and row.env == env), None)
 
 
 def ratio(value: float | None, zoo_mean: float) -> float | None:

@@ -1,14 +1,15 @@
 """`experiment=benchmark`'s rows: one table, conf/benchmark/rows.csv (docs/benchmark_table.md).
 
-Each line of the table is one (algorithm, environment) row: its sub-table (classic, box2d or
-mujoco), the algo option, the environment id, the parallel mode and workers, RL-Zoo's budget
-(`total_steps`), and overrides of its own, if any (`algo.lr=5.0e-3`, separated by spaces). The
-table's order is the order of `benchmark=all`.
+Each line of the table is one (algorithm, environment) row: its sub-table (classic, box2d, mujoco
+or atari), the algo option, the environment id, the parallel mode and workers, the reference's
+budget (`total_steps`), and overrides of its own, if any (`algo.lr=5.0e-3`, separated by spaces).
+The table's order is the order of `benchmark=all`.
 
 `register()` (when `rlpar.config` is imported) makes each row an option of the `benchmark_row`
-config group, named `<algo>-<env id>`, in Hydra's ConfigStore: `+benchmark_row=ppo-CartPole-v1`
-composes it like the `@package _global_` file it stands for, `--cfg job` prints what it runs, and
-`+benchmark_row=a,b` sweeps over rows. The row
+config group, named `<algo>-<env id>` with a `/` of the id written `_` (Hydra reads a `/` in an
+option as a folder of the group: `ppo-ALE_Pong-v5` is the row of `ALE/Pong-v5`), in Hydra's
+ConfigStore: `+benchmark_row=ppo-CartPole-v1` composes it like the `@package _global_` file it
+stands for, `--cfg job` prints what it runs, and `+benchmark_row=a,b` sweeps over rows. The row
 
     classic,apex,CartPole-v1,distributed,4,50000,algo.replay_ratio=1.0
 
@@ -19,6 +20,20 @@ composes as
     workers: 4
     total_steps: 50000
     algo: {replay_ratio: 1.0}
+
+The env groups of conf/env differ only by id, except where an id's namespace needs its own:
+`ENV_GROUPS` maps a namespace (the part of the id before `/`) to the env option its rows add to
+their defaults, `ALE/` to `env=atari` (ale-py, frame skip and stacking, sticky actions); ids
+without a listed namespace keep the default env group. The row
+
+    atari,impala,ALE/Pong-v5,distributed,4,2500000,
+
+composes as
+
+    defaults: [{override /algo: impala}, {override /parallel: distributed}, {override /env: atari}]
+    env: {id: ALE/Pong-v5}
+    workers: 4
+    total_steps: 2500000
 
 It also registers the resolver `${rlpar.benchmark_rows:<sub-table>}`: the names of a sub-table's
 rows (`all`: every row), which conf/benchmark/<sub-table>.yaml sweeps over.
@@ -37,10 +52,18 @@ GROUP = "benchmark_row"
 COLUMNS = ("table", "algo", "env", "parallel", "workers", "total_steps", "overrides")
 ALL = "all"  # benchmark=all: every row, in the table's order
 RESOLVER = "rlpar.benchmark_rows"
+ENV_GROUPS = {"ALE": "atari"}  # an env id's namespace -> the conf/env option its rows compose
 
 
 def row_name(row: dict) -> str:
-    return f"{row['algo']}-{row['env']}"
+    """`<algo>-<env id>`, a `/` of the id as `_`: Hydra would read it as a folder of the group."""
+    return f"{row['algo']}-{row['env'].replace('/', '_')}"
+
+
+def env_group(env_id: str) -> str | None:
+    """The conf/env option an env id's rows need (`ENV_GROUPS`, by its namespace), or None: the default's."""
+    namespace, slash, _ = env_id.partition("/")
+    return ENV_GROUPS.get(namespace) if slash else None
 
 
 @functools.cache
@@ -68,14 +91,17 @@ def rows() -> dict[str, dict]:
 
 
 def row_config(row: dict) -> dict:
-    """What the row composes: its algorithm and parallel mode (group overrides), env.id, workers,
-    total_steps and its own overrides."""
+    """What the row composes: its algorithm, parallel mode and, where its id's namespace needs one,
+    env group (group overrides), env.id, workers, total_steps and its own overrides."""
     from omegaconf import OmegaConf
 
     base = OmegaConf.create({"env": {"id": row["env"]}, "workers": row["workers"], "total_steps": row["total_steps"]})
     config = OmegaConf.merge(base, OmegaConf.from_dotlist(row["overrides"]))
+    defaults = [{"override /algo": row["algo"]}, {"override /parallel": row["parallel"]}]
+    if (group := env_group(row["env"])) is not None:
+        defaults.append({"override /env": group})
     return {
-        "defaults": [{"override /algo": row["algo"]}, {"override /parallel": row["parallel"]}],
+        "defaults": defaults,
         **cast(dict, OmegaConf.to_container(config)),
     }
 

@@ -139,3 +139,89 @@ def test_a_sweep_of_another_experiment_keeps_the_standard_report_unless_asked(sw
     assert proc.returncode == 0 and "# Report:" in (copy / "report.md").read_text()
     _, text = report(copy, "--benchmark")
     assert text.startswith("# Benchmark report:")
+
+
+# -- the time to the bar, from hand-made run directories -------------------------------------------
+def write_run(sweep_dir: Path, name: str, algo: str, env: str, seed: int, curve: list[tuple[float, float | None]],
+              mode: str = "local", workers: int = 1) -> None:
+    """A finished run of a benchmark row: config.yaml, metrics.jsonl (one row per (wall_time_s,
+    episode_return_mean), 100 env steps apart) and its final evaluation in evaluations.jsonl."""
+    run_dir = sweep_dir / name
+    run_dir.mkdir(parents=True)
+    config = {"experiment_name": "benchmark", "algo": {"name": algo}, "env": {"id": env}, "parallel": {"name": mode},
+              "workers": workers, "seed": seed, "total_steps": 100 * len(curve), "eval_episodes": 2}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    rows = [{"iteration": i, "env_steps": 100 * i, "wall_time_s": wall, "episode_return_mean": value}
+            for i, (wall, value) in enumerate(curve, start=1)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    evaluation = {"source": "training", "eval_return_mean": 1.0, "eval_episodes": 2, "env_steps": 100 * len(curve)}
+    (run_dir / "evaluations.jsonl").write_text(json.dumps(evaluation) + "\n")
+
+
+@pytest.fixture
+def timed_sweep(tmp_path) -> Path:
+    """Bars: CartPole 500 (PPO's and DQN's), Acrobot -91.707 (PPO's; IMPALA's too) and -100.566 (A2C's),
+    MountainCar -110.774 (DQN's), Pong 20.16 (CleanRL's PPO; APPO's too); FrozenLake none."""
+    write_run(tmp_path, "ppo_cartpole_0", "ppo", "CartPole-v1", 0, [(5.0, 100.0), (10.0, 499.9), (12.5, 500.0),
+                                                                      (15.0, 480.0)])
+    write_run(tmp_path, "ppo_cartpole_1", "ppo", "CartPole-v1", 1, [(4.0, None), (20.0, 500.0), (30.0, 500.0)])
+    write_run(tmp_path, "dqn_cartpole_0", "dqn", "CartPole-v1", 0, [(3.0, 500.0), (6.0, 20.0)])
+    write_run(tmp_path, "dqn_cartpole_1", "dqn", "CartPole-v1", 1, [(3.0, 20.0), (6.0, 499.0)])
+    write_run(tmp_path, "ppo_acrobot_0", "ppo", "Acrobot-v1", 0, [(1.0, -95.0), (2.0, -91.0), (3.0, -80.0)])
+    write_run(tmp_path, "a2c_acrobot_0", "a2c", "Acrobot-v1", 0, [(2.0, -300.0), (6.0, -100.0)])
+    write_run(tmp_path, "impala_acrobot_0", "impala", "Acrobot-v1", 0, [(7.0, -90.0)], "distributed", 4)
+    write_run(tmp_path, "dqn_mountaincar_0", "dqn", "MountainCar-v0", 0, [(8.0, -110.0)])
+    write_run(tmp_path, "ppo_frozenlake_0", "ppo", "FrozenLake-v1", 0, [(1.0, 1.0)])
+    write_run(tmp_path, "ppo_pong_0", "ppo", "ALE/Pong-v5", 0, [(5.0, 20.0), (9.0, 20.5)])
+    write_run(tmp_path, "appo_pong_0", "appo", "ALE/Pong-v5", 0, [(4.0, 21.0)], "distributed", 4)
+    return tmp_path
+
+
+def test_each_row_has_its_time_to_the_bar_over_seeds_and_ppos_time_to_the_same_bar(timed_sweep):
+    from rlpar.analysis.benchmark import benchmark_rows
+    from rlpar.analysis.runs import load_runs
+
+    rows = {(r["algo"], r["env"]): r for r in benchmark_rows(load_runs(timed_sweep))}
+    times = {key: (r["time_to_bar_s_mean"], r["time_to_bar_seeds"], r["ppo_time_to_bar_s_mean"],
+                   r["ppo_time_to_bar_seeds"], r["reference_source"]) for key, r in rows.items()}
+    assert times == {
+        ("ppo", "CartPole-v1"): (16.25, "2/2", 16.25, "2/2", "RL-Zoo"),  # 12.5 s and 20.0 s; 499.9 is short
+        ("dqn", "CartPole-v1"): (3.0, "1/2", 16.25, "2/2", "RL-Zoo"),
+        ("ppo", "Acrobot-v1"): (2.0, "1/1", 2.0, "1/1", "RL-Zoo"),
+        ("a2c", "Acrobot-v1"): (6.0, "1/1", 1.0, "1/1", "RL-Zoo"),  # PPO to A2C's lower bar: its first row
+        ("impala", "Acrobot-v1"): (7.0, "1/1", 2.0, "1/1", "RL-Zoo"),
+        ("dqn", "MountainCar-v0"): (8.0, "1/1", None, None, "RL-Zoo"),  # no PPO row of MountainCar here
+        ("ppo", "FrozenLake-v1"): (None, None, None, None, None),  # no reference, no bar
+        ("ppo", "ALE/Pong-v5"): (9.0, "1/1", 9.0, "1/1", "CleanRL"),  # 20.0 is short of 20.16
+        ("appo", "ALE/Pong-v5"): (4.0, "1/1", 9.0, "1/1", "CleanRL"),
+    }
+
+
+def test_the_report_shows_the_times_beside_ppos_and_names_each_references_source(timed_sweep):
+    from rlpar.analysis.benchmark import benchmark_rows
+    from rlpar.analysis.runs import load_runs
+    from rlpar.report import benchmark_table
+
+    table = benchmark_table(benchmark_rows(load_runs(timed_sweep)))
+    assert "| training wall time | time to RL-Zoo - 1 std (seeds) | PPO's | curve |" in table
+    assert "| dqn | CartPole-v1 | local | 2 |" in table
+    assert "| 3.0 s (1/2) | 16.2 s (2/2) | [png](curves/dqn-CartPole-v1.png) |" in table
+    assert "| 8.0 s (1/1) | - | [png](curves/dqn-MountainCar-v0.png) |" in table
+    assert "| - | - | [png](curves/ppo-FrozenLake-v1.png) |" in table
+    assert "| appo | ALE/Pong-v5 | distributed, 4 workers | 1 | 1.0 +- 0.0 | CleanRL: ppo PongNoFrameskip-v4 " \
+           "(PPO's row) | 20.4 +- 0.2 | 10,000,000 |" in table
+    assert "| 4.0 s (1/1) | 9.0 s (1/1) | [png](curves/appo-ALE_Pong-v5-distributed-4w.png) |" in table
+
+
+@pytest.mark.slow
+def test_the_report_files_hold_the_times_and_the_cleanrl_note(timed_sweep):
+    rows, text = report(timed_sweep)
+    dqn = rows[("dqn", "CartPole-v1", "local")]
+    assert (dqn["time_to_bar_s_mean"], dqn["time_to_bar_seeds"], dqn["ppo_time_to_bar_s_mean"],
+            dqn["ppo_time_to_bar_seeds"], dqn["reference_source"]) == ("3.0", "1/2", "16.25", "2/2", "RL-Zoo")
+    assert rows[("dqn", "MountainCar-v0", "local")]["ppo_time_to_bar_s_mean"] == ""
+    assert rows[("appo", "ALE/Pong-v5", "distributed")]["reference_source"] == "CleanRL"
+    assert f"- **RL-Zoo**: {rl_zoo.SOURCE}:" in text
+    assert "- **CleanRL**: the reference of ALE/Pong-v5 (every other row's is RL-Zoo's)" in text
+    assert rl_zoo.CLEANRL_SOURCE in text and "4x the Atari rows' budget" in text and "without sticky actions" in text
+    assert "- **time to RL-Zoo - 1 std (seeds)**: the training wall time" in text

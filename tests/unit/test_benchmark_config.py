@@ -1,8 +1,8 @@
 """experiment=benchmark: its rows (the table conf/benchmark/rows.csv, each a `benchmark_row`
-option) hold RL Baselines3 Zoo's budgets (rlpar/analysis/rl_zoo.py), its sub-tables
-(conf/benchmark/) cover every row once, the sweep expands to rows x seeds 0-2 as Hydra's basic
-sweeper expands it, and a row composes to its algorithm, environment, parallel mode and budget over
-the preset."""
+option) hold RL Baselines3 Zoo's budgets (rlpar/analysis/rl_zoo.py; the Atari rows a quarter of
+CleanRL's, in agent steps), its sub-tables (conf/benchmark/) cover every row once, the sweep expands
+to rows x seeds 0-2 as Hydra's basic sweeper expands it, and a row composes to its algorithm,
+environment (the Atari rows with env=atari), parallel mode and budget over the preset."""
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,12 +14,14 @@ from rlpar.config import benchmark_rows
 from rlpar.config.compose import compose_config
 from rlpar.config.conf_dir import CONF_DIR
 
-TABLES = ("classic", "box2d", "mujoco")
+TABLES = ("classic", "box2d", "mujoco", "atari")
 ENVS = {
     "classic": {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"},
     "box2d": {"LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3"},
     "mujoco": {"Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Swimmer-v5", "Ant-v5"},
+    "atari": {"ALE/Pong-v5", "ALE/Breakout-v5", "ALE/BeamRider-v5"},
 }
+FRAME_SKIP = 4  # conf/env/atari.yaml: CleanRL's 10M agent steps are 40M frames, the Atari rows' 2.5M are 10M
 DISTRIBUTED = {"impala", "appo", "apex", "apex_sac"}  # rows run on Ray actors
 RL_ZOO_ALGOS = ("ppo", "a2c", "dqn", "sac", "td3")
 SAC_WRITTEN = (CONF_DIR / "algo" / "sac.yaml").is_file() and (CONF_DIR / "algo" / "td3.yaml").is_file()
@@ -50,8 +52,8 @@ def rows_of(jobs) -> list[str]:
 
 
 def algo_and_env(name: str) -> tuple[str, str]:
-    variant, env = name.split("-", 1)
-    return variant, env
+    row = benchmark_rows.rows()[name]
+    return row["algo"], row["env"]
 
 
 def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
@@ -59,10 +61,12 @@ def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
         variant, env = algo_and_env(name)
         overrides = [next(iter(entry.items())) for entry in row["defaults"]]
         assert ("override /algo", variant) in overrides, name
-        assert row["env"]["id"] == env, name
+        assert row["env"]["id"] == env and name == f"{variant}-{env.replace('/', '_')}", name
+        assert (("override /env", "atari") in overrides) == env.startswith("ALE/"), name
         zoo = rl_zoo.reference(variant, env)
         assert zoo is not None, f"{name}: no RL-Zoo row to compare with"
-        assert row["total_steps"] == zoo.n_timesteps, name
+        budget = zoo.n_timesteps // FRAME_SKIP if zoo.source == rl_zoo.CLEANRL else zoo.n_timesteps
+        assert row["total_steps"] == budget, name
         distributed = ("override /parallel", "distributed") in overrides
         assert distributed == (variant in DISTRIBUTED), name
         assert ("override /parallel", "local") in overrides or distributed, name
@@ -70,14 +74,15 @@ def test_every_row_holds_rl_zoos_budget_and_a_final_evaluation_of_20_episodes():
 
 
 def test_every_rl_zoo_row_of_the_table_has_its_rlpar_rows():
-    """PPO, A2C, DQN, SAC and TD3 on RL-Zoo's own rows; IMPALA and APPO on PPO's classic and Box2D
-    rows; Ape-X on DQN's; the Ape-X-style SAC on SAC's."""
+    """PPO, A2C, DQN, SAC and TD3 on RL-Zoo's own rows; IMPALA and APPO on PPO's classic, Box2D and
+    (CleanRL's) Atari rows; Ape-X on DQN's; the Ape-X-style SAC on SAC's."""
     names = set(row_files())
     wanted = set()
-    for zoo in rl_zoo.ROWS:
-        env = next((ours for ours, theirs in rl_zoo.ZOO_ENV.items() if theirs == zoo.env), zoo.env)
+    for zoo in (*rl_zoo.ROWS, *rl_zoo.CLEANRL_ROWS):
+        ours = next((ours for ours, theirs in rl_zoo.ZOO_ENV.items() if theirs == zoo.env), zoo.env)
+        env = ours.replace("/", "_")
         wanted.add(f"{zoo.algo}-{env}")
-        mujoco = env in ENVS["mujoco"]
+        mujoco = ours in ENVS["mujoco"]
         if zoo.algo == "ppo" and not mujoco:
             wanted |= {f"impala-{env}", f"appo-{env}"}
         if zoo.algo == "dqn":
@@ -99,7 +104,7 @@ def test_the_sub_tables_split_the_rows_and_all_is_them_in_order():
         tables[table] = rows
     for table in TABLES:
         assert {algo_and_env(name)[1] for name in tables[table]} == ENVS[table]
-    assert tables["all"] == tables["classic"] + tables["box2d"] + tables["mujoco"]
+    assert tables["all"] == tables["classic"] + tables["box2d"] + tables["mujoco"] + tables["atari"]
     assert sorted(tables["all"]) == sorted(row_files())
 
 
@@ -123,6 +128,34 @@ def test_a_row_composes_to_its_algorithm_environment_mode_and_budget(row, algo, 
     assert cfg.model._target_.rsplit(".", 1)[1] == model
     assert cfg.total_steps == benchmark_rows.rows()[row]["total_steps"]  # over the preset's
     assert (cfg.eval_episodes, cfg.experiment_name, cfg.progress) == (20, "benchmark", False)
+
+
+@pytest.mark.parametrize("row, algo, env, mode, workers", [
+    ("ppo-ALE_Pong-v5", "ppo", "ALE/Pong-v5", "local", 1),
+    ("impala-ALE_Breakout-v5", "impala", "ALE/Breakout-v5", "distributed", 4),
+    ("appo-ALE_BeamRider-v5", "appo", "ALE/BeamRider-v5", "distributed", 4),
+])
+def test_an_atari_row_composes_with_the_atari_env_group_and_a_quarter_of_cleanrls_budget(row, algo, env, mode,
+                                                                                          workers):
+    """Named with `_` for the id's `/` (Hydra reads `/` in an option as a folder); env=atari's
+    preprocessing and sticky actions come with the row, which the default env group lacks."""
+    cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
+    assert (cfg.algo.name, cfg.env.id, cfg.parallel.name, cfg.workers, cfg.total_steps) == (
+        algo, env, mode, workers, 2_500_000)
+    assert (cfg.env.atari.frame_skip, cfg.env.atari.frame_stack, cfg.env.kwargs.repeat_action_probability) == (
+        4, 4, 0.25)
+    assert "atari" not in compose_config([f"algo={algo}"]).env  # the row's env group, not the default's
+    assert benchmark_rows.row_config(benchmark_rows.rows()[row])["defaults"][-1] == {"override /env": "atari"}
+
+
+def test_a_row_name_with_the_ids_slash_is_refused_naming_the_row():
+    from rlpar.config.overrides import override_problems
+
+    [problem] = override_problems(["-m", "experiment=benchmark", "+benchmark_row=impala-ALE/Pong-v5"])
+    assert problem.startswith("benchmark_row: 'impala-ALE/Pong-v5' is not an option of this config group; "
+                              "did you mean impala-ALE_Pong-v5?"), problem
+    assert benchmark_rows.env_group("ALE/Pong-v5") == "atari"
+    assert benchmark_rows.env_group("CartPole-v1") is None and benchmark_rows.env_group("MiniGrid/X-v0") is None
 
 
 @needs_sac
@@ -189,8 +222,8 @@ def test_a_rows_own_overrides_win_over_its_preset_and_cfg_job_prints_them(row, k
 def test_a_sub_table_the_table_does_not_have_and_a_row_it_does_not_have_are_refused_naming_them():
     from rlpar.config.overrides import override_problems
 
-    with pytest.raises(ValueError, match="no benchmark table 'atari' in rows.csv"):
-        benchmark_rows.row_names("atari")
+    with pytest.raises(ValueError, match="no benchmark table 'pybullet' in rows.csv"):
+        benchmark_rows.row_names("pybullet")
     [problem] = override_problems(["-m", "experiment=benchmark", "+benchmark_row=ppo-CartPol-v1,dqn-CartPole-v1"])
     assert problem.startswith("benchmark_row: 'ppo-CartPol-v1' is not an option of this config group; "
                               "did you mean ppo-CartPole-v1?")

@@ -1,6 +1,6 @@
-"""RL Baselines3 Zoo's reference figures (rlpar/analysis/rl_zoo.py) and the benchmark table's
-arithmetic: which RL-Zoo row an rlpar row is compared with, the ratio for either sign of
-reward, the bar (RL-Zoo's figure minus one std) and the curve files' names."""
+"""RL Baselines3 Zoo's and CleanRL's reference figures (rlpar/analysis/rl_zoo.py) and the benchmark
+table's arithmetic: which reference row an rlpar row is compared with, the ratio for either sign of
+reward, the bar (the figure minus one std), the time to it and the curve files' names."""
 
 import pytest
 
@@ -21,9 +21,23 @@ def test_the_figures_issue_29_quotes_are_rl_zoos():
 
 
 def test_rows_are_unique_and_their_figures_plausible():
-    keys = [(row.algo, row.env) for row in rl_zoo.ROWS]
+    keys = [(row.algo, row.env) for row in (*rl_zoo.ROWS, *rl_zoo.CLEANRL_ROWS)]
     assert len(keys) == len(set(keys))
     assert all(row.std >= 0 and row.n_timesteps >= 20_000 and row.eval_episodes > 0 for row in rl_zoo.ROWS)
+    assert {row.source for row in rl_zoo.ROWS} == {rl_zoo.RL_ZOO}
+
+
+def test_the_atari_rows_are_cleanrls_ppo_atari_figures_over_seeds_at_10m_agent_steps():
+    quoted = {"ALE/Breakout-v5": ("BreakoutNoFrameskip-v4", 414.66, 28.09),
+              "ALE/Pong-v5": ("PongNoFrameskip-v4", 20.36, 0.20),
+              "ALE/BeamRider-v5": ("BeamRiderNoFrameskip-v4", 1915.93, 484.58)}
+    for env, (cleanrl_env, mean, std) in quoted.items():
+        for algo in ("ppo", "impala", "appo"):  # IMPALA and APPO against PPO's, as on the other tasks
+            row = rl_zoo.reference(algo, env)
+            assert (row.source, row.algo, row.env, row.mean, row.std, row.n_timesteps, row.eval_episodes) == (
+                rl_zoo.CLEANRL, "ppo", cleanrl_env, mean, std, 10_000_000, None), (algo, env)
+    assert rl_zoo.reference("ppo", "ALE/BeamRider-v5").bar == pytest.approx(1915.93 - 484.58)
+    assert rl_zoo.reference("dqn", "ALE/Pong-v5") is None
 
 
 @pytest.mark.parametrize("algo, env, expected", [
@@ -61,6 +75,10 @@ def test_rows_compared_with_another_algorithms_row_say_so():
         "ppo LunarLander-v2 (PPO's row)"
     assert _zoo_row({"algo": "ppo", "rl_zoo_algo": "ppo", "rl_zoo_env": "Hopper-v3"}) == "ppo Hopper-v3"
     assert _zoo_row({"algo": "ppo", "rl_zoo_algo": None, "rl_zoo_env": None}) == "- (RL-Zoo has none)"
+    assert _zoo_row({"algo": "appo", "rl_zoo_algo": "ppo", "rl_zoo_env": "PongNoFrameskip-v4",
+                     "reference_source": "CleanRL"}) == "CleanRL: ppo PongNoFrameskip-v4 (PPO's row)"
+    assert _zoo_row({"algo": "ppo", "rl_zoo_algo": "ppo", "rl_zoo_env": "Hopper-v3",
+                     "reference_source": "RL-Zoo"}) == "ppo Hopper-v3"
 
 
 def test_curve_files_are_named_after_the_row():
