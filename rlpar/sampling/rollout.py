@@ -16,13 +16,25 @@ import numpy as np
 from rlpar.envs.envpool_vector import EPISODE_CUT
 from rlpar.envs.factory import EnvSpec, env_restarts, env_seeds, make_vector_env
 from rlpar.envs.recovering import RESEED_STRIDE
-from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn
+from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn, noise_layout
 from rlpar.envs.state_pickle import described, dumps_env_state, state_dropped_message
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch, allocate_batch_arrays, batch_layout
 
 NOISE_STREAM = 1  # separates action-noise seeds from environment seeds
+# Each environment's generator draws noise for several rollouts at once: a call costs about as
+# much for a few hundred steps as for a few, and short rollouts of many environments otherwise
+# spend much of their time in these calls.
+NOISE_DRAW_STEPS = 256  # steps of noise drawn per call, at least one rollout's
+NOISE_DRAW_VALUES = 1 << 18  # at most this many numbers held ahead (2 MiB), unless one rollout needs more
 log = logging.getLogger("rlpar")
+
+
+def noise_rollouts_per_draw(action, rollout_length: int, num_envs: int) -> int:
+    """Rollouts' worth of noise each generator draws at once. A generator's stream does not
+    depend on how it is cut, so the numbers are those of one draw per rollout."""
+    per_rollout = int(np.prod(noise_layout(action, (rollout_length, num_envs))[0]))
+    return max(1, min(NOISE_DRAW_STEPS // rollout_length, NOISE_DRAW_VALUES // per_rollout))
 
 
 class RolloutWorker:
@@ -65,6 +77,9 @@ class RolloutWorker:
         self.noise_rngs = [
             np.random.default_rng([seed, NOISE_STREAM, first_env_index + i, *replacement]) for i in range(num_envs)
         ]
+        self.rollouts_per_draw = noise_rollouts_per_draw(policy_spec.action, rollout_length, num_envs)
+        # white noise drawn for the coming rollouts ([steps, N, ...], a multiple of rollout_length rows)
+        self.noise_ahead = np.empty((0,))
         # True where the previous step ended an episode, so this step is Gymnasium's autoreset.
         self.autoreset_pending = np.zeros(num_envs, dtype=bool)
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
@@ -123,6 +138,7 @@ class RolloutWorker:
             "episode_return": torch.from_numpy(self.episode_return.copy()),
             "episode_length": torch.from_numpy(self.episode_length.copy()),
             "noise_rngs": [g.bit_generator.state for g in self.noise_rngs],
+            **({"noise_ahead": torch.from_numpy(self.noise_ahead.copy())} if len(self.noise_ahead) else {}),
             **({} if self.noise_carry is None else {"noise_carry": torch.from_numpy(self.noise_carry.copy())}),
             **(
                 {}
@@ -159,14 +175,20 @@ class RolloutWorker:
         self.episode_length = state["episode_length"].numpy().copy()
         for generator, rng_state in zip(self.noise_rngs, state["noise_rngs"]):
             generator.bit_generator.state = rng_state
+        self.noise_ahead = state["noise_ahead"].numpy().copy() if "noise_ahead" in state else np.empty((0,))
         self.noise_carry = state["noise_carry"].numpy().copy() if "noise_carry" in state else None
         if self.recurrent_state is not None:
             self.recurrent_state = state["recurrent_state"].numpy().copy()
             self.state_reset_pending = state["state_reset_pending"].numpy().copy()
 
     def _draw_noise(self) -> np.ndarray:
+        """The next rollout's noise, [T, N, ...]: each environment's own generator draws
+        `rollouts_per_draw` rollouts' worth at once (`noise_rollouts_per_draw`)."""
         T, action = self.rollout_length, self.policy_spec.action
-        noise = np.stack([draw_noise(g, action, T) for g in self.noise_rngs], axis=1)
+        if len(self.noise_ahead) == 0:
+            steps = T * self.rollouts_per_draw
+            self.noise_ahead = np.stack([draw_noise(g, action, steps) for g in self.noise_rngs], axis=1)
+        noise, self.noise_ahead = self.noise_ahead[:T], self.noise_ahead[T:]
         if action.discrete:  # uniforms, in the acting copy's arithmetic (a float32 copy compares float32)
             return noise.astype(getattr(self.policy, "dtype", np.float64), copy=False)
         if self.noise_correlation:
@@ -250,9 +272,11 @@ class RolloutWorker:
         ends = list(zip(steps.tolist(), envs.tolist()))
         last_obs, bootstrap, env_ids = bufs["last_obs"], bufs["bootstrap_value"], bufs["env_ids"]
         next_state = None if state is None else np.where(self.state_reset_pending[:, None], 0.0, state)  # not kept
-        last_obs[:], _, _, bootstrap[:] = act_raw(
-            self.raw_obs, np.zeros_like(noise[0]), next_state
-        )  # its actions unused
+        value_raw = getattr(self.policy, "value_raw", None)  # a central inference client only acts
+        if value_raw is not None:
+            last_obs[:], bootstrap[:] = value_raw(self.raw_obs, next_state)
+        else:
+            last_obs[:], _, _, bootstrap[:] = act_raw(self.raw_obs, np.zeros_like(noise[0]), next_state)
         env_ids[:] = np.arange(self.first_env_index, self.first_env_index + N)
         idle_s = started - self.last_rollout_end if self.last_rollout_end is not None else 0.0
         self.last_rollout_end = time.perf_counter()

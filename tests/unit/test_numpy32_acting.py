@@ -1,6 +1,7 @@
 """`model.acting=numpy32`: the float32 numpy acting copies against the float64 ones (same weights),
-the key's validation, a short local run acting in float32, and the row-by-row categorical draw
-(shared by both copies) against the reductions it replaces."""
+every copy's values without actions (`value_raw`) against its acting, the key's validation, a
+short local run acting in float32, and the row-by-row categorical draw (shared by both copies)
+against the reductions it replaces."""
 
 import dataclasses
 import math
@@ -97,6 +98,22 @@ def test_float32_copy_acts_as_the_float64_one_to_float32_rounding(name):
     np.testing.assert_allclose(logp32[same], logp64[same], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(values32, values64, rtol=1e-4, atol=1e-4)
     assert logp32.dtype == values32.dtype == np.float32
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_value_raw_gives_the_observations_and_values_act_raw_gives(name):
+    """A rollout's bootstrap asks `value_raw` (no action chosen): the numbers `act_raw` returns."""
+    spec = SPECS[name]
+    rng = np.random.default_rng(2)
+    raw = (rng.integers(0, 256, (16, spec.obs_dim)).astype(np.uint8) if spec.obs_dtype == "uint8"
+           else rng.normal(0.0, 1.5, (16, spec.obs_dim)).astype(np.float32))
+    for policy in copies(spec):
+        noise = draw_noise(rng, spec.action, 16).astype(policy.dtype if spec.action.discrete else np.float32)
+        obs, _, _, values = policy.act_raw(raw, noise)
+        value_obs, value = policy.value_raw(raw)
+        np.testing.assert_array_equal(value_obs, obs)
+        np.testing.assert_array_equal(value, values)
+        assert value.dtype == np.float32
 
 
 def test_default_acting_stays_float64():

@@ -125,3 +125,33 @@ def test_actor_idle_time_is_the_time_between_requests(make_cfg, tmp_path, parall
     assert first.actor_idle_s == 0.0 and first.actor_busy_s > 0.0
     assert 0.25 * workers <= second.actor_idle_s < 2.0 * workers
     assert 0.0 < idle_fraction < 1.0
+
+
+def test_noise_drawn_for_several_rollouts_at_once_is_each_rollouts_own_draw_and_survives_a_checkpoint():
+    """Each environment's generator draws several rollouts' noise in one call: the numbers of one
+    draw per rollout, and a state saved between two rollouts of a draw resumes them exactly."""
+    from rlpar.envs.factory import resolve_env_spec
+    from rlpar.envs.spaces import ActionInfo, draw_noise
+    from rlpar.models.spec import PolicySpec
+    from rlpar.sampling.rollout import NOISE_STREAM, RolloutWorker
+
+    def worker():
+        return RolloutWorker(env_spec=resolve_env_spec(id="CartPole-v1"), num_envs=3, rollout_length=8, seed=4,
+                             policy_spec=PolicySpec(obs_dim=4, action=ActionInfo(discrete=True, size=2)))
+
+    first = worker()
+    assert first.rollouts_per_draw > 2
+    rollouts = first.rollouts_per_draw + 2  # into a second draw
+    generators = [np.random.default_rng([4, NOISE_STREAM, i]) for i in range(3)]
+    for _ in range(rollouts):
+        expected = np.stack([draw_noise(g, first.policy_spec.action, 8) for g in generators], axis=1)
+        np.testing.assert_array_equal(first._draw_noise(), expected)
+
+    first.set_weights({k: v.numpy() for k, v in first.policy_spec.build().state_dict().items()}, 0)
+    first.sample()  # a rollout of the draw taken: some of it is still ahead
+    state = first.get_state()
+    ahead = [first._draw_noise() for _ in range(rollouts)]
+    second = worker()
+    second.set_state(state)
+    for expected in ahead:
+        np.testing.assert_array_equal(second._draw_noise(), expected)

@@ -61,6 +61,10 @@ class NumpyActing:
         """Actions, log-probabilities and values from `outputs`; `noise=None` acts greedily."""
         raise NotImplementedError
 
+    def values(self, outputs: tuple) -> np.ndarray:
+        """The values `choose` returns for `outputs`, without choosing actions."""
+        return self.choose(outputs, None)[2]
+
     def act(self, obs: np.ndarray, noise: np.ndarray | None, state: np.ndarray | None = None):
         return self.choose(self.outputs(obs, state), noise)
 
@@ -69,6 +73,12 @@ class NumpyActing:
         the one call per step a rollout makes (the same whether the policy is here or central)."""
         obs = self.normalize(raw_obs)
         return (obs, *self.act(obs, noise, state))
+
+    def value_raw(self, raw_obs: np.ndarray, state: np.ndarray | None = None):
+        """Normalised observations and their values for raw observations, the values `act_raw`
+        gives: a rollout's bootstrap, which needs no action."""
+        obs = self.normalize(raw_obs)
+        return obs, self.values(self.outputs(obs, state))
 
 
 def categorical(logits: np.ndarray, noise: np.ndarray | None, last):
@@ -143,6 +153,9 @@ class PolicyChoice(NumpyActing):
             self.log_std = np.asarray(weights["log_std"], self.dtype)
             self.std = np.exp(self.log_std)
 
+    def values(self, outputs: tuple) -> np.ndarray:
+        return outputs[1].astype(np.float32, copy=False)
+
     def choose(self, outputs: tuple, noise: np.ndarray | None):
         """Randomness comes only from `noise` (a uniform per categorical draw, standard normals
         for a Gaussian), one row per environment."""
@@ -185,6 +198,9 @@ class EpsilonGreedyChoice(NumpyActing):
     def set_choice_weights(self, weights: dict) -> None:
         epsilon = np.atleast_1d(np.asarray(weights.get("epsilon", 0.0), np.float64))
         self.epsilon = epsilon[self.env_ids] if len(epsilon) > 1 and self.env_ids is not None else epsilon
+
+    def values(self, outputs: tuple) -> np.ndarray:
+        return outputs[0].max(axis=1).astype(np.float32)
 
     def choose(self, outputs: tuple, noise: np.ndarray | None):
         """ε-greedy actions from one uniform per environment: below ε it explores, and u/ε,

@@ -39,6 +39,9 @@ class ActorChoice(NumpyActing):
         self.noise_scale = scale[:, None]
         self.random_actions = bool(weights.get("random_actions", False))
 
+    def values(self, outputs: tuple) -> np.ndarray:
+        return np.zeros(len(outputs[0]), np.float32)
+
     def choose(self, outputs: tuple, noise: np.ndarray | None):
         mean, log_std = outputs
         if noise is None:
