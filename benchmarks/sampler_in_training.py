@@ -7,24 +7,33 @@ warm-up). The raw side is Gymnasium's `gym.make_vec(ID, N, vectorization_mode="v
 stepped with random actions (`action_space.sample()` each step), as in benchmarks/sampler_vs_raw.py,
 timed in this process right before and right after each training run, so that both see the same
 machine state (this machine is shared: its speed drifts). The figure is the training run's rate
-over the mean of the raw rates around it.
+over the mean of the raw rates around it (and, stricter, over the faster of the two).
+
+`--in-process` adds a second figure from one process: the same config trained by the Trainer
+main.py builds, and after each of its iterations, once the learner has stepped, the raw env
+stepped as many env steps as a rollout takes, timed. Both sides then start from the state the
+learner's step leaves the caches in; the raw one is warm in the first figure.
 
     .venv/bin/python benchmarks/sampler_in_training.py                     # the issue's command, once
     .venv/bin/python benchmarks/sampler_in_training.py --runs 3            # three runs, raw before and after each
+    .venv/bin/python benchmarks/sampler_in_training.py --in-process        # also raw env steps between iterations
     .venv/bin/python benchmarks/sampler_in_training.py model.acting=numpy total_steps=100000   # other overrides
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import gymnasium as gym
-from common import machine, markdown_table, run_main  # also puts this clone's rlpar on the path
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as rlpar sets it (--in-process trains here)
+
+import gymnasium as gym  # noqa: E402
+from common import machine, markdown_table, run_main  # noqa: E402  # also puts this clone's rlpar on the path
 
 DEFAULT_OVERRIDES = ["workers=1", "envs_per_worker=64", "model.acting=numpy32", "total_steps=300000"]
 FIRST_MEASURED_ITERATION = 2  # the first iteration holds the warm-up
@@ -53,6 +62,34 @@ def sampling_rate(rows: list[dict], first_iteration: int = FIRST_MEASURED_ITERAT
     return steps, sum(row["time_sample_s"] for row in measured)
 
 
+def interleaved(overrides: list[str], venv: gym.vector.VectorEnv) -> tuple[float, float]:
+    """In this process: the Trainer of `overrides` trained to its end, and after each iteration
+    `venv` stepped for a rollout's env steps with random actions. Sampling's rate (iterations 2 on,
+    `time_sample_s`) and the raw env's (after iterations 2 on)."""
+    from rlpar.config.compose import compose_config
+    from rlpar.runtime.build import build_trainer
+
+    steps = sample_s = raw_steps = raw_s = 0.0
+    with tempfile.TemporaryDirectory(prefix="rlpar_sampler_in_training_") as tmp:
+        trainer = build_trainer(compose_config([*overrides, "progress=false"], run_dir=f"{tmp}/run"))
+        try:
+            rollout_steps = trainer.algorithm.sampler.rollout_length
+            while not trainer.done:
+                before = trainer.env_steps
+                metrics = trainer.train()
+                start = time.perf_counter()
+                for _ in range(rollout_steps):
+                    venv.step(venv.action_space.sample())
+                if metrics["iteration"] >= FIRST_MEASURED_ITERATION:
+                    raw_s += time.perf_counter() - start
+                    raw_steps += rollout_steps * venv.num_envs
+                    steps += trainer.env_steps - before
+                    sample_s += metrics["time_sample_s"]
+        finally:
+            trainer.close()
+    return steps / sample_s, raw_steps / raw_s
+
+
 def option(overrides: list[str], key: str) -> str | None:
     values = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
     return values[-1] if values else None
@@ -64,6 +101,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="training runs, each between two raw measurements")
     parser.add_argument("--raw-rounds", type=int, default=30, help="rounds of --raw-steps steps per raw measurement")
     parser.add_argument("--raw-steps", type=int, default=128, help="steps per raw round (a rollout's length)")
+    parser.add_argument("--in-process", action="store_true", help="also the interleaved figure (see above)")
     args = parser.parse_args()
     overrides = [*DEFAULT_OVERRIDES, *args.overrides, "checkpoint.every=0"]
     env_id = option(overrides, "env.id") or "CartPole-v1"
@@ -100,6 +138,12 @@ def main() -> None:
         f"{statistics.median(strict):.1%} of the faster (runs: {', '.join(f'{r:.1%}' for r in ratios)}; "
         f"{', '.join(f'{r:.1%}' for r in strict)})"
     )
+    if args.in_process:
+        sampling, raw = interleaved(overrides, venv)
+        print(
+            f"RESULT in one process, the raw env stepped after each iteration: sampling {sampling:,.0f} steps/s, "
+            f"raw {raw:,.0f} steps/s: {sampling / raw:.1%}"
+        )
 
 
 if __name__ == "__main__":

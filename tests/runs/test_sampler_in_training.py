@@ -1,5 +1,6 @@
 """benchmarks/sampler_in_training.py on a tiny run: its figure is the env steps of iterations 2 on
-over their summed time_sample_s, against the raw rates measured around the run."""
+over their summed time_sample_s, against the raw rates measured around the run; and the same in
+one process, the raw env stepped between iterations."""
 
 import re
 import subprocess
@@ -16,7 +17,7 @@ SCRIPT = ROOT / "benchmarks" / "sampler_in_training.py"
 def test_the_figure_counts_iterations_two_on_against_the_raw_rates_around_the_run():
     # 64 environments x 8 steps (the CartPole preset's rollout) = 512 steps an iteration: 4 iterations
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "total_steps=2048", "--raw-rounds", "2", "--raw-steps", "8"],
+        [sys.executable, str(SCRIPT), "total_steps=2048", "--raw-rounds", "2", "--raw-steps", "8", "--in-process"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -33,3 +34,6 @@ def test_the_figure_counts_iterations_two_on_against_the_raw_rates_around_the_ru
     assert of_mean == pytest.approx(100 * rate / ((raw_before + raw_after) / 2), abs=0.1)
     assert of_faster == pytest.approx(100 * rate / max(raw_before, raw_after), abs=0.1)
     assert "RESULT sampling in training / raw Gymnasium: median" in done.stdout
+    interleaved = re.search(r"sampling ([\d,]+) steps/s, raw ([\d,]+) steps/s: ([\d.]+)%", done.stdout)
+    sampling, raw = (float(interleaved[i].replace(",", "")) for i in (1, 2))
+    assert float(interleaved[3]) == pytest.approx(100 * sampling / raw, abs=0.1)
