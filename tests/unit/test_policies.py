@@ -1,5 +1,7 @@
 """Both policy heads: the numpy acting copy agrees with the torch learner module."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -25,7 +27,8 @@ def pair(spec):
     return model, policy
 
 
-@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS], ids=["categorical", "gaussian"])
+@pytest.mark.parametrize("spec", [DISCRETE, CONTINUOUS, dataclasses.replace(DISCRETE, activation="relu")],
+                         ids=["categorical", "gaussian", "relu"])
 def test_numpy_log_probs_and_values_match_torch(spec):
     model, policy = pair(spec)
     rng = np.random.default_rng(1)

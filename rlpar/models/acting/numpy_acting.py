@@ -28,10 +28,30 @@ def _elu_in_place(x: np.ndarray) -> np.ndarray:
     return x
 
 
+class _ReluInPlace:
+    """max(x, 0) into x, against a zeros array of x's shape kept from call to call: numpy
+    vectorises the maximum of two whole arrays, not that of an array and a broadcast scalar
+    (the same numbers)."""
+
+    KEPT_SHAPES = 16
+
+    def __init__(self):
+        self._zeros: dict[tuple, np.ndarray] = {}
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        zeros = self._zeros.get(x.shape)
+        if zeros is None or zeros.dtype != x.dtype:
+            if len(self._zeros) >= self.KEPT_SHAPES:
+                self._zeros.clear()
+            zeros = self._zeros[x.shape] = np.zeros(x.shape, x.dtype)
+            zeros.flags.writeable = False
+        return np.maximum(x, zeros, out=x)
+
+
 # The same activations overwriting their input (a fresh product): no allocation per layer and step.
-ACTIVATIONS_IN_PLACE = {
+ACTIVATIONS_IN_PLACE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": lambda x: np.tanh(x, out=x),
-    "relu": lambda x: np.maximum(x, 0.0, out=x),
+    "relu": _ReluInPlace(),
     "elu": _elu_in_place,
 }
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
