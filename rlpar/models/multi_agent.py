@@ -119,6 +119,12 @@ class MultiPolicyActing(NumpyActing):
                 obs[rows, :width] = copy.normalize(raw_obs[rows, :width])
         return obs
 
+    def value_raw(self, raw_obs: np.ndarray, state=None):
+        """Normalised rows and their values, each from its policy (acting greedily: values do not
+        depend on the noise)."""
+        obs = self.normalize(raw_obs)
+        return obs, self.act(obs, None, state)[2]
+
     def act(self, obs: np.ndarray, noise: np.ndarray | None, state=None):
         """Actions, log-probabilities and values of normalised rows, each from its policy."""
         n = len(obs)
