@@ -113,11 +113,7 @@ class APPOLearner(Learner):
             if entry[1] == 0:
                 self.buffer.remove(entry)
         self.gradient_step.settle()
-        losses = (  # each minibatch's over all its rows (every learner's), then the mean
-            self.peers.means_per_row(torch.stack(stats), samples=samples).nanmean(0).tolist()
-            if stats
-            else [float("nan")] * 5
-        )
+        losses = self.minibatch_means(stats, samples, 5).tolist()
         return {
             "loss_policy": losses[0],
             "loss_value": losses[1],

@@ -118,11 +118,7 @@ class IMPALALearner(Learner):
             stats, samples = self.minibatch_pass(data, self.minibatch_size)
             self.gradient_step.settle()
             steps = len(stats)
-            parts = (  # each minibatch's over all its rows (every learner's), then the mean
-                self.peers.means_per_row(torch.stack(stats), samples=samples).nanmean(0)
-                if stats
-                else torch.full((3,), float("nan"))
-            )
+            parts = self.minibatch_means(stats, samples, 3)
         loss_policy, loss_value, loss_entropy = parts.tolist()
         return {
             "loss_policy": loss_policy,

@@ -122,6 +122,13 @@ class Learner(ABC):
                 after_step()
         return stats, [mb] * len(stats)
 
+    def minibatch_means(self, stats: list[torch.Tensor], samples: list[int], parts: int) -> torch.Tensor:
+        """The loss parts of a run of minibatch steps (`minibatch_pass`): each minibatch's over
+        all its rows, every learner's, then the mean over minibatches; NaN where none ran."""
+        if not stats:
+            return torch.full((parts,), float("nan"))
+        return self.peers.means_per_row(torch.stack(stats), samples=samples).nanmean(0)
+
     def state_dict(self) -> dict:
         """Weights and optimiser state; a learner with more (target networks, a second
         optimiser, its random state) extends both. Its algorithm's checkpoint holds them as they are."""
