@@ -87,7 +87,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     run_dir = Path(container["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(container["hardware"]["torch_threads"])
-    algo = container["algo"]
+    algo = dict(container["algo"])  # resolved below (precision); the run's config and checkpoints keep `auto`
     algo_cls: Any = get_class(algo["_target_"])  # an Algorithm subclass: its class attributes are read
     env_spec = resolve_env_spec(**container["env"], centralised_critic=getattr(algo_cls, "centralised_critic", False))
     policy_spec, box_observations = probe_policy_spec(

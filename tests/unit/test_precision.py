@@ -12,7 +12,9 @@ from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.factory import resolve_env_spec
 from rlpar.learning.losses.actor_critic import ActorCriticLoss
 from rlpar.learning.optimization.precision import native_bf16, resolve_precision
+from rlpar.config.changes import config_mismatches
 from rlpar.runtime.build import build_trainer
+from rlpar.runtime.checkpoint import load_checkpoint
 from rlpar.learning.estimators.batch_tensors import valid_step_tensors
 from rlpar.sampling.gradient_worker import GradientWorker
 from tests.rollouts import cartpole_rollout
@@ -173,3 +175,21 @@ def test_a_run_resolves_auto_precision_before_its_learner_is_built(make_cfg, tmp
         assert trainer.algorithm.learner.step.precision == expected
     finally:
         trainer.close()
+
+
+def test_auto_stays_auto_in_the_run_config_and_checkpoints_so_the_run_resumes(make_cfg, tmp_path):
+    """What the user asked is what the run keeps: resolving it for the learner must not make the
+    checkpoint's config differ from config.yaml (a resume would be refused)."""
+    import yaml
+
+    run_dir = tmp_path / "r"
+    trainer = build_trainer(make_cfg("env=atari", "env.id=ALE/Pong-v5", "envs_per_worker=1", "algo.rollout_length=8",
+                                     "algo.minibatch_size=8", run_dir=run_dir))
+    try:
+        trainer.train()
+        path = trainer.save()
+    finally:
+        trainer.close()
+    saved = load_checkpoint(path)["config"]
+    assert saved["algo"]["precision"] == "auto"
+    assert config_mismatches(yaml.safe_load((run_dir / "config.yaml").read_text()), saved) == []
