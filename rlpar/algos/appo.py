@@ -190,7 +190,9 @@ class APPO(IMPALA):
     Config = APPOConfig  # type: ignore[assignment]  # its minibatch_size is never null
     learner_class: type[APPOLearner] = APPOLearner  # type: ignore[assignment]
     learner: APPOLearner  # type: ignore[assignment]
-    # sync_mode auto: blocking, as IMPALA's with minibatches (`IMPALA.auto_sync_mode`)
+    # Sampling overlaps learning only on request (parallel.sync_mode=non_blocking): with updates
+    # of PPO's size, data one or more versions old undoes learning (README, Algorithms).
+    sync_mode = "blocking"
 
     def learner_options(self, config: IMPALAConfig, sampler) -> dict:
         """Its learner sizes its steps by `minibatch_size`, not by the batch."""

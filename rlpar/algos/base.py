@@ -138,8 +138,7 @@ class Algorithm(ABC):
     IPPO, whose learners are one per policy) sets `self.optimizer`; either is saved and restored
     by state_dict / load_state_dict."""
 
-    # What `parallel.sync_mode=auto` and `parallel.max_policy_lag=auto` become for this algorithm
-    # (`auto_sync_mode`, which may read its keys).
+    # What `parallel.sync_mode=auto` and `parallel.max_policy_lag=auto` become for this algorithm.
     sync_mode = "blocking"
     max_policy_lag: int | None = 1
     # What every sampler's workers run (sampling.base.Worker): environments acting with the
@@ -183,11 +182,6 @@ class Algorithm(ABC):
     # builds a replica of its learner (a learner group's other ranks); None: it learns itself
     make_learner: Callable[[], Learner] | None = None
     without_ray: str | None = None  # the algo option that sampler is told to use instead (apex_sac: sac)
-
-    @classmethod
-    def auto_sync_mode(cls, algo_config: dict) -> str:
-        """What `parallel.sync_mode=auto` becomes for a run with these `algo` keys: `sync_mode`."""
-        return cls.sync_mode
 
     @classmethod
     def worker_options(cls, algo_config: dict) -> dict:

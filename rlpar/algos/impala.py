@@ -4,11 +4,11 @@ One iteration: take the rollouts that have arrived (at least `batches_per_update
 them with the learner's current policy and values -> V-trace targets and policy-gradient
 advantages, bootstrapped from the learner's own value of each rollout's last observation -> one
 pass of shuffled minibatches over the batch (`minibatch_size`; null: the paper's single gradient
-step on the whole batch) -> new weights. With minibatches, sampling is blocking unless
-`parallel.sync_mode=non_blocking` asks for actors that sample on with stale weights (data one
-version old already undid such updates in measured runs: README, "APPO, IMPALA and policy lag");
-the paper's single step samples on by default (`auto_sync_mode`). The lag is reported every
-iteration and, unlike PPO's, not capped (`max_policy_lag` null).
+step on the whole batch) -> new weights. Sampling is blocking unless
+`parallel.sync_mode=non_blocking` asks for actors that sample on with stale weights: the lag is
+then reported every iteration and, unlike PPO's, not capped (`max_policy_lag` null). With a pass
+of minibatches per batch, data one version old already undid learning in measured runs (README,
+"APPO, IMPALA and policy lag").
 
 A recurrent policy (`model.recurrent`) takes its targets from the model unrolled over each whole
 rollout from the state stored at its start; its minibatches are whole pieces of
@@ -159,17 +159,12 @@ class IMPALA(Algorithm):
     Config = IMPALAConfig
     learner_class: type[IMPALALearner] = IMPALALearner
     learner: IMPALALearner
+    # Sampling overlaps learning only on request (parallel.sync_mode=non_blocking): with a pass
+    # of minibatches per batch, data one or more versions old undoes learning (README, Algorithms).
     sync_mode = "blocking"
     max_policy_lag = None
     data_parallel = True
     recurrent_policies = True
-
-    @classmethod
-    def auto_sync_mode(cls, algo_config: dict) -> str:
-        """Blocking with a pass of minibatches a batch (data one or more versions old undid such
-        updates in measured runs: README, "APPO, IMPALA and policy lag"); the paper's single step
-        on the whole batch (`minibatch_size` null) moves the policy little, and samples on."""
-        return "non_blocking" if algo_config.get("minibatch_size", 64) is None else "blocking"
 
     def learner_options(self, config: IMPALAConfig, sampler) -> dict:
         """Its learner is told the size of an update's batch (batches_per_update workers' rollouts)."""

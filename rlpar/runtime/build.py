@@ -54,14 +54,13 @@ def probe_policy_spec(
         raise ConfigError([f"model: {err}"]) from err
 
 
-def sampling_defaults(parallel: dict, algo_cls, algo: dict) -> dict:
-    """`auto` sync mode and policy-lag limit: the algorithm's own for its keys `algo` (IMPALA's
-    single steps sample while learning)."""
+def sampling_defaults(parallel: dict, algo_cls) -> dict:
+    """`auto` sync mode and policy-lag limit: the algorithm's own (IMPALA samples while learning)."""
     chosen = {}
     if parallel.get("sync_mode") == "auto":
         sampler_cls: Any = get_class(parallel["_target_"])  # a Sampler subclass: its class attributes are read
-        mode = algo_cls.auto_sync_mode(algo) if hasattr(algo_cls, "auto_sync_mode") else algo_cls.sync_mode
-        chosen["sync_mode"] = mode if mode in sampler_cls.sync_modes else "blocking"
+        sync_modes = sampler_cls.sync_modes
+        chosen["sync_mode"] = algo_cls.sync_mode if algo_cls.sync_mode in sync_modes else "blocking"
     if parallel.get("max_policy_lag") == "auto":
         chosen["max_policy_lag"] = algo_cls.max_policy_lag
     return chosen
@@ -107,7 +106,7 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
         log.info("algo.precision: %s", algo["precision"])
     make_sampler = instantiate(cfg.parallel, _partial_=True, _convert_="all")
     sampler = make_sampler(
-        **sampling_defaults(container["parallel"], algo_cls, algo),
+        **sampling_defaults(container["parallel"], algo_cls),
         env_spec=env_spec,
         policy_spec=policy_spec,
         num_workers=container["workers"],

@@ -23,13 +23,11 @@ def test_learns_cartpole_in_a_small_budget(make_cfg, tmp_path, algo):
     assert reached is not None and reached <= 150_000
 
 
-@pytest.mark.parametrize("asked", ["parallel.sync_mode=non_blocking", "algo.minibatch_size=null"])
-def test_impala_actors_sample_ahead_of_the_learner_when_asked(make_cfg, tmp_path, asked):
-    """multiprocess, sync_mode non_blocking (asked, or auto with the paper's single step a batch):
-    no batch dropped however stale (IMPALA corrects for lag instead), lag recorded, the learner's
-    wait for data reported."""
+def test_impala_actors_sample_ahead_of_the_learner_when_asked(make_cfg, tmp_path):
+    """multiprocess, sync_mode non_blocking: no batch dropped however stale (IMPALA corrects for
+    lag instead), lag recorded, the learner's wait for data reported."""
     trainer = build_trainer(make_cfg("algo=impala", "parallel=multiprocess", "workers=2", "total_steps=100000",
-                                     asked, "checkpoint.every=0", run_dir=tmp_path / "mp"))
+                                     "parallel.sync_mode=non_blocking", "checkpoint.every=0", run_dir=tmp_path / "mp"))
     try:
         assert trainer.sampler.sync_mode == "non_blocking" and trainer.sampler.max_policy_lag is None
         rows = [trainer.train() for _ in range(30)]
@@ -48,8 +46,7 @@ def test_impala_actors_sample_ahead_of_the_learner_when_asked(make_cfg, tmp_path
 @pytest.mark.parametrize("algo", ["impala", "appo"])
 def test_impala_and_appo_sample_in_blocking_rounds_by_default(make_cfg, tmp_path, algo):
     """Both learn a pass of minibatches per batch, which lagging data undoes: overlap is opt-in."""
-    trainer = build_trainer(make_cfg(f"algo={algo}", "parallel=multiprocess", "workers=2", "preset=null",
-                                     run_dir=tmp_path / "a"))
+    trainer = build_trainer(make_cfg(f"algo={algo}", "parallel=multiprocess", "workers=2", run_dir=tmp_path / "a"))
     try:
         assert trainer.sampler.sync_mode == "blocking"
         row = trainer.train()
