@@ -170,7 +170,6 @@ class APPOLearner(Learner):
             "target_model": self.target_model.state_dict(),
             "buffer": [{"data": data, "uses_left": uses} for data, uses in self.buffer],
             "gradient_steps": self.gradient_steps,
-            "rng": self.rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -179,7 +178,6 @@ class APPOLearner(Learner):
         self.buffer.clear()
         self.buffer.extend([entry["data"], int(entry["uses_left"])] for entry in state["buffer"])
         self.gradient_steps = int(state["gradient_steps"])
-        self.rng.bit_generator.state = state["rng"]
 
 
 class APPO(IMPALA):

@@ -142,15 +142,6 @@ class IMPALALearner(Learner):
         entropy = entropy.mean()
         return p_loss + self.value_coef * v_loss - self.entropy_coef * entropy, torch.stack((p_loss, v_loss, entropy))
 
-    def state_dict(self) -> dict:
-        """Model and optimiser, and the minibatches' random state (a resumed run continues exactly)."""
-        return {**super().state_dict(), "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        if "rng" in state:  # checkpoints from before minibatch passes have none
-            self.rng.bit_generator.state = state["rng"]
-
 
 class IMPALA(Algorithm):
     """One iteration: the rollouts that arrived, their V-trace targets (`learning_inputs`, once,

@@ -245,13 +245,6 @@ class PPOLearner(Learner):
             loss = loss - self.entropy_coef * entropy.mean()
         return loss, p_loss, v_loss, logp
 
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.rng.bit_generator.state = state["rng"]
-
 
 class PPO(Algorithm):
     """One iteration: a batch, its advantages and shuffles (`learning_inputs`, once), the

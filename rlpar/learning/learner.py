@@ -130,10 +130,16 @@ class Learner(ABC):
         return self.peers.means_per_row(torch.stack(stats), samples=samples).nanmean(0)
 
     def state_dict(self) -> dict:
-        """Weights and optimiser state; a learner with more (target networks, a second
-        optimiser, its random state) extends both. Its algorithm's checkpoint holds them as they are."""
-        return {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer)}
+        """Weights, optimiser state and the minibatches' generator (`rng`, where it has one); a
+        learner with more (target networks, a second optimiser) extends both. Its algorithm's
+        checkpoint holds them as they are."""
+        state = {"model": self.model.state_dict(), "optimizer": optimizer_state(self.optimizer)}
+        if self.rng is not None:  # its minibatches' order: a resumed run draws the same
+            state["rng"] = self.rng.bit_generator.state
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
+        if self.rng is not None:
+            self.rng.bit_generator.state = state["rng"]
