@@ -32,9 +32,7 @@ TRAINING = "training"  # `source` of the row a run's own final evaluation writes
 # Rows in the order of RL-Zoo's table here: classic control, Box2D, MuJoCo; RL-Zoo's algorithms,
 # then those compared with another's row.
 ALGO_ORDER = ("ppo", "a2c", "dqn", "sac", "td3", "impala", "appo", "apex", "apex_sac", "apex_td3")
-_ENV_ORDER = {
-    env: index for index, env in enumerate(dict.fromkeys(row.env for row in (*rl_zoo.ROWS, *rl_zoo.CLEANRL_ROWS)))
-}
+_ENV_ORDER = {env: index for index, env in enumerate(dict.fromkeys(row.env for row in rl_zoo.REFERENCE_ROWS))}
 PPO = "ppo"  # the algorithm whose time to each row's bar is set beside the row's
 
 COLUMNS = (

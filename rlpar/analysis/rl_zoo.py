@@ -124,6 +124,8 @@ CLEANRL_ROWS = tuple(
     )
 )
 
+REFERENCE_ROWS = (*ROWS, *CLEANRL_ROWS)  # every reference row: RL-Zoo's, then CleanRL's
+
 # The Gymnasium 1.4 id rlpar trains -> the id of the reference's row (ids not listed are the same in both).
 ZOO_ENV = {
     "LunarLander-v3": "LunarLander-v2",
@@ -158,7 +160,7 @@ def zoo_algo(algo_name: str | None) -> str | None:
 def reference(algo_name: str | None, env_id: str | None) -> ZooRow | None:
     """The reference row for an rlpar (algo.name, env.id), RL-Zoo's or CleanRL's, or None where neither has one."""
     algo, env = zoo_algo(algo_name), zoo_env(env_id)
-    return next((row for row in (*ROWS, *CLEANRL_ROWS) if row.algo == algo and row.env == env), None)
+    return next((row for row in REFERENCE_ROWS if row.algo == algo and row.env == env), None)
 
 
 def ratio(value: float | None, zoo_mean: float) -> float | None:

@@ -78,7 +78,7 @@ def test_every_rl_zoo_row_of_the_table_has_its_rlpar_rows():
     (CleanRL's) Atari rows; Ape-X on DQN's; the Ape-X-style SAC on SAC's."""
     names = set(row_files())
     wanted = set()
-    for zoo in (*rl_zoo.ROWS, *rl_zoo.CLEANRL_ROWS):
+    for zoo in rl_zoo.REFERENCE_ROWS:
         ours = next((ours for ours, theirs in rl_zoo.ZOO_ENV.items() if theirs == zoo.env), zoo.env)
         env = ours.replace("/", "_")
         wanted.add(f"{zoo.algo}-{env}")

@@ -21,7 +21,7 @@ def test_the_figures_issue_29_quotes_are_rl_zoos():
 
 
 def test_rows_are_unique_and_their_figures_plausible():
-    keys = [(row.algo, row.env) for row in (*rl_zoo.ROWS, *rl_zoo.CLEANRL_ROWS)]
+    keys = [(row.algo, row.env) for row in rl_zoo.REFERENCE_ROWS]
     assert len(keys) == len(set(keys))
     assert all(row.std >= 0 and row.n_timesteps >= 20_000 and row.eval_episodes > 0 for row in rl_zoo.ROWS)
     assert {row.source for row in rl_zoo.ROWS} == {rl_zoo.RL_ZOO}
