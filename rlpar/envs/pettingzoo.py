@@ -180,9 +180,16 @@ def _describe(action: ActionInfo) -> str:
 
 def agent_layout(env, *, policies="auto", agent_id: bool = False, global_state: str | None = None) -> AgentLayout:
     """The layout of `env`'s agents (raises ValueError or TypeError naming what rlpar refuses)."""
-    agents = tuple(env.possible_agents)
+    try:
+        agents = tuple(env.possible_agents)
+    except AttributeError:  # PettingZoo's base class raises it where an env generates its agents
+        agents = ()
     if not agents:
-        raise ValueError("env: the environment has no possible_agents")
+        raise ValueError(
+            f"env: {type(env).__name__} declares no possible_agents (agents it creates as it runs?); rlpar gives "
+            "each possible agent its own column, so it needs them all up front: wrap the environment "
+            "(env.entry_point) so that possible_agents lists every agent it can ever create"
+        )
     obs_spaces = {a: env.observation_space(a) for a in agents}
     action_spaces = {a: env.action_space(a) for a in agents}
     for agent, space in obs_spaces.items():

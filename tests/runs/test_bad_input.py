@@ -114,6 +114,10 @@ CASES = {
                                    "policy name 'x.y' must be a name without dots"),
     "policy_matching_no_agent": Case(["env=pettingzoo", "algo=mappo", "env.policies={a: [agent_*], b: [adversary_*]}"],
                                      "env.policies", "b (adversary_*) matches no agent"),
+    # agents created as it runs, no possible_agents: one line, not PettingZoo's AttributeError (issue 43)
+    "agents_generated_as_it_runs": Case(
+        ["env=pettingzoo", "env.id=pettingzoo.test.example_envs.generated_agents_parallel_v0", "algo=ippo"], "env",
+        "declares no possible_agents"),
     "resume_with_a_key_its_command_lacks": Case(["env.policies=agent"], "env.policies", "cannot be changed when resuming",
                                                 resume="good"),
     "hydra_run_dir_cannot_be_made": Case(["hydra.run.dir=/proc/rlpar-run"], "hydra.run.dir", "cannot be written"),
