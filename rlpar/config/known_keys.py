@@ -35,7 +35,7 @@ SUPPLIED_BY_BUILD = {
     "algo": {"sampler", "policy_spec", "total_steps", "seed", "device"},
     "logger": {"run_dir", "config"},
     "checkpoint": {"run_dir"},
-    "model": {"obs_dim", "action", "obs_dtype", "image_shape", "channels_last"},
+    "model": {"obs_dim", "action", "obs_dtype", "image_shape", "channels_last", "observation_keys"},
 }
 # Keys of the algo group that describe the sampler and the network, not the learner.
 ALGO_KEYS_NOT_FOR_LEARNER = ("name", "rollout_length")

@@ -159,6 +159,9 @@ class ObservationInfo:
     obs_dtype: str = "float32"  # "uint8" for images: their bytes, unscaled
     image_shape: tuple[int, ...] = ()  # (channels, height, width) of an image; () for vector rows
     channels_last: bool = False  # an image row is ordered height, width, channels (as the env gives it)
+    # A Dict space's keys and the columns of a row each fills, (key, start, stop) in the row's order:
+    # how a model finds an action mask among them (rlpar.models.action_masks)
+    keys: tuple[tuple[str, int, int], ...] = ()
 
     def as_kwargs(self) -> dict:
         return {
@@ -166,6 +169,7 @@ class ObservationInfo:
             "obs_dtype": self.obs_dtype,
             "image_shape": self.image_shape,
             "channels_last": self.channels_last,
+            "observation_keys": self.keys,
         }
 
 
@@ -184,7 +188,20 @@ def describe_observation_space(space: gym.Space) -> ObservationInfo:
         return ObservationInfo(
             obs_dim=int(np.prod(shape)), obs_dtype="uint8", image_shape=image_shape, channels_last=channels_last
         )
-    return ObservationInfo(obs_dim=observation_dim(space))
+    return ObservationInfo(obs_dim=observation_dim(space), keys=dict_key_columns(space))
+
+
+def dict_key_columns(space: gym.Space) -> tuple[tuple[str, int, int], ...]:
+    """(key, start, stop) of each key of a Dict space within its flat rows (`_float_rows_fn`
+    concatenates them in the space's order); () for other spaces."""
+    if not isinstance(space, gym.spaces.Dict):
+        return ()
+    columns, start = [], 0
+    for key, sub in space.spaces.items():
+        stop = start + observation_dim(sub)
+        columns.append((str(key), start, stop))
+        start = stop
+    return tuple(columns)
 
 
 def whitened_by_default(space: gym.Space) -> bool:

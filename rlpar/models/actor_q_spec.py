@@ -67,6 +67,7 @@ class ActorQSpec(NetworkFields):
     acting: str = choice("numpy", ACTING)
     recurrent: str | None = None
     recurrent_size: int = 128
+    observation_keys: tuple[tuple[str, int, int], ...] = ()  # a Dict space's keys; no action masks for Box actions
 
     def __post_init__(self):
         if self.action.discrete:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rlpar.envs.spaces import ActionInfo, action_space_kind
 from rlpar.models.spec import ACTING, ACTIVATIONS, ENCODERS, RECURRENT, NetworkFields
-from rlpar.typed_config import choice, flag, integer
+from rlpar.typed_config import choice, flag, integer, text
 
 FACTORED_ACTIONS_REFUSED = (
     "a Q-network needs one Discrete action space; MultiDiscrete/MultiBinary actions train "
@@ -44,6 +44,10 @@ class QNetworkSpec(NetworkFields):
     acting: str = choice("auto", ACTING)  # the workers' copy (rlpar.models.spec.choose_acting)
     recurrent: str | None = choice(None, RECURRENT, optional=True)  # R2D2's recurrent Q-network (models.modules)
     recurrent_size: int = integer(128, low=1)
+    # Invalid-action masks, as PolicySpec's: masked Q-values are out of argmax, ε-random actions and targets
+    action_mask_key: str | None = text("action_mask", optional=True)
+    mask_as_input: bool = flag(False)
+    observation_keys: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self):
         if not self.action.discrete:
@@ -53,6 +57,7 @@ class QNetworkSpec(NetworkFields):
         if self.action.factored:
             raise ValueError(FACTORED_ACTIONS_REFUSED)
         self._settle_fields()
+        self._check_action_mask()
 
     def build(self):
         """The trainable torch module (learner side)."""

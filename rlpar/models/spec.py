@@ -7,7 +7,8 @@ from math import prod
 
 from rlpar.envs.spaces import ActionInfo
 from rlpar.errors import positive_integers
-from rlpar.typed_config import choice, flag, integer, number
+from rlpar.models.action_masks import input_keep, mask_columns, mask_problem
+from rlpar.typed_config import choice, flag, integer, number, text
 
 ACTIVATIONS = ("tanh", "relu", "elu")
 ENCODERS = ("auto", "mlp", "nature", "impala", "small")
@@ -86,6 +87,28 @@ class NetworkFields:
     acting: str
     recurrent: str | None
     recurrent_size: int
+    obs_dim: int
+    action: ActionInfo
+    observation_keys: tuple[tuple[str, int, int], ...]
+
+    @property
+    def mask_columns(self) -> tuple[int, int] | None:
+        """The (start, stop) columns of a row holding the action mask (rlpar.models.action_masks),
+        or None: no mask (no such Dict key, or `action_mask_key` null)."""
+        return mask_columns(self.observation_keys, getattr(self, "action_mask_key", None))
+
+    @property
+    def input_keep(self):
+        """[obs_dim] 1 for the columns the network reads, 0 for the mask's; None: it reads all."""
+        return input_keep(self.obs_dim, self.mask_columns, getattr(self, "mask_as_input", False))
+
+    def _check_action_mask(self) -> None:
+        object.__setattr__(self, "observation_keys", tuple(tuple(k) for k in self.observation_keys))
+        columns = self.mask_columns
+        if columns is not None:
+            problem = mask_problem(str(getattr(self, "action_mask_key", "")), columns, self.action)
+            if problem:
+                raise ValueError(problem)
 
     @property
     def has_images(self) -> bool:
@@ -185,9 +208,15 @@ class PolicySpec(NetworkFields):
     # The critic predicts returns normalised by their running mean and std (MAPPO's ValueNorm);
     # its outputs are turned back into returns in the network, so acting values stay returns.
     value_norm: bool = flag(False)
+    # Invalid-action masks (rlpar.models.action_masks): the Dict observation key holding one (null:
+    # none), whether the network also reads it, and the row's Dict keys (from the environment's space)
+    action_mask_key: str | None = text("action_mask", optional=True)
+    mask_as_input: bool = flag(False)
+    observation_keys: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self):
         self._settle_fields()
+        self._check_action_mask()
         if (self.actor_inputs is not None or self.value_norm) and (self.recurrent or self.chosen_encoder != "mlp"):
             raise ValueError("actor_inputs and value_norm are offered for the feed-forward MLP actor-critic")
         if self.actor_inputs is not None and not 0 < self.actor_inputs <= self.obs_dim:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rlpar.envs.spaces import ActionInfo, factor_columns
+from rlpar.models.action_masks import factor_membership, illegal_choices, masked_outputs, random_legal
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
@@ -63,6 +64,29 @@ class NumpyActing:
     # computed together (identical batches however environments are split over workers), or
     # float32 (`model.acting=numpy32`: faster, without that guarantee). Rollouts draw noise in it.
     dtype = np.dtype(np.float64)
+    # An action mask's columns in the observation rows (rlpar.models.action_masks); None: no mask
+    mask_columns: tuple[int, int] | None = None
+    _input_keep: np.ndarray | None = None  # bool [obs_dim]: the columns the network reads; None: all
+
+    def _init_action_mask(self, spec) -> None:
+        self.mask_columns = getattr(spec, "mask_columns", None)
+        if self.mask_columns is not None:
+            self._mask_membership = factor_membership(spec.action)
+            keep = spec.input_keep
+            self._input_keep = None if keep is None else keep.astype(bool)
+
+    def _masked(self, out: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        """`out` (policy logits or Q-values [N, size]) with masked actions' MASKED_LOGIT."""
+        if self.mask_columns is None:
+            return out
+        return masked_outputs(out, np.asarray(obs), self.mask_columns, self._mask_membership)
+
+    def _first_layer_rows(self, w: np.ndarray) -> np.ndarray:
+        """A first layer's weights [..., inputs, outputs] with the rows of an action mask's
+        columns zeroed when the network does not read them (model.mask_as_input false)."""
+        if self.mask_columns is None or self._input_keep is None:
+            return w
+        return np.where(self._input_keep[:, None], w, np.zeros((), w.dtype))
 
     def set_weights(self, weights: dict) -> None:
         raise NotImplementedError
@@ -181,17 +205,34 @@ class PolicyChoice(NumpyActing):
         for a Gaussian), one row per environment."""
         out, values = outputs
         values = values.astype(np.float32, copy=False)
-        if self.factored:
-            actions, logp = self._choose_factored(out, noise)
-            return actions, logp.astype(np.float32, copy=False), values
         if self.discrete:
-            actions, logp = categorical(np.ascontiguousarray(out.T), noise, out.shape[1] - 1)
+            actions, logp = self._choose_discrete(out, noise)
+            if noise is not None and self.mask_columns is not None:
+                actions, logp = self._kept_legal(out, actions, logp)
             return actions, logp.astype(np.float32, copy=False), values
         if noise is None:
             return out.astype(np.float32), np.zeros(len(out), np.float32), values
         actions = out + self.std * noise
         logp = (-0.5 * np.square(noise) - self.log_std - LOG_SQRT_2PI).sum(axis=1)
         return actions.astype(np.float32, copy=False), logp.astype(np.float32, copy=False), values
+
+    def _choose_discrete(self, out: np.ndarray, noise: np.ndarray | None):
+        if self.factored:
+            return self._choose_factored(out, noise)
+        return categorical(np.ascontiguousarray(out.T), noise, out.shape[1] - 1)
+
+    def _kept_legal(self, out: np.ndarray, actions: np.ndarray, logp: np.ndarray):
+        """Draws that rounding put on a masked action (probability 0) replaced by the greedy
+        action, so that a masked action is never taken."""
+        offsets = None
+        if self.factored:
+            offsets = np.concatenate([[0], np.cumsum(self.action.nvec)[:-1]]).astype(np.int64)
+        illegal = illegal_choices(out, actions, offsets)
+        if illegal.any():
+            greedy, greedy_logp = self._choose_discrete(out[illegal], None)
+            actions, logp = actions.copy(), logp.copy()
+            actions[illegal], logp[illegal] = greedy, greedy_logp
+        return actions, logp
 
     def _choose_factored(self, out: np.ndarray, noise: np.ndarray | None):
         """Actions [N, F] (int64) and summed log-probabilities [N]: each factor as `categorical`,
@@ -230,9 +271,12 @@ class EpsilonGreedyChoice(NumpyActing):
         actions = q.argmax(axis=1)
         if noise is not None:
             explore = noise < self.epsilon
-            random_actions = np.minimum(
-                (noise / np.maximum(self.epsilon, 1e-12) * q.shape[1]).astype(np.int64), q.shape[1] - 1
-            )
+            if self.mask_columns is not None:  # masked Q-values (MASKED_LOGIT): random among the legal actions
+                random_actions = random_legal(q, np.minimum(noise / np.maximum(self.epsilon, 1e-12), 1.0))
+            else:
+                random_actions = np.minimum(
+                    (noise / np.maximum(self.epsilon, 1e-12) * q.shape[1]).astype(np.int64), q.shape[1] - 1
+                )
             actions = np.where(explore, random_actions, actions)
         return actions, np.zeros(len(q), np.float32), q.max(axis=1).astype(np.float32)
 

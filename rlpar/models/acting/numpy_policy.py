@@ -44,6 +44,9 @@ class WhitenedObservations:
             self.obs_mean = np.asarray(weights["obs_normalizer.mean"], np.float32)
             var = np.asarray(weights["obs_normalizer.var"], np.float64)
             self.obs_inv_std = (1.0 / np.sqrt(var + self.epsilon)).astype(np.float32)
+            columns = self.spec.mask_columns  # an action mask stays 0/1 (the learner keeps its statistics 0, 1)
+            if columns is not None:
+                self.obs_mean[columns[0] : columns[1]], self.obs_inv_std[columns[0] : columns[1]] = 0.0, 1.0
 
     def normalize(self, raw_obs: np.ndarray) -> np.ndarray:
         if not self.spec.normalize_obs:
@@ -62,6 +65,7 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         self.activate = ACTIVATIONS_IN_PLACE[spec.activation]
         self.layers: list = []
         self._init_whitening(spec)
+        self._init_action_mask(spec)
 
     def set_weights(self, weights: dict) -> None:
         self.layers = _layers(weights, self.dtype)
@@ -70,7 +74,7 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         actor_w = w[0]
         if self.spec.actor_inputs is not None:  # a centralised critic: the actor reads the leading inputs
             actor_w = np.where(np.arange(len(actor_w))[:, None] < self.spec.actor_inputs, actor_w, 0.0)
-        self._first_w = np.ascontiguousarray(np.concatenate([actor_w, w[1]], axis=1))
+        self._first_w = np.ascontiguousarray(self._first_layer_rows(np.concatenate([actor_w, w[1]], axis=1)))
         self.value_mean, self.value_std = 0.0, 1.0
         if self.spec.value_norm:  # the critic predicts normalised returns (ActorCritic.denormalised)
             self.value_mean = float(np.asarray(weights["value_normalizer.mean"])[0])
@@ -93,7 +97,7 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         x = obs @ self._first_w
         x += self._first_b  # in place, here and below: the same numbers, one allocation less
         if len(self.layers) == 1:  # no hidden layers
-            return x[:, :size], self._values(x[:, width])
+            return self._masked(x[:, :size], obs), self._values(x[:, width])
         # Past the first layer each tower has its own input: [2, N, width], one batched matmul a layer.
         x = self.activate(x).reshape(len(obs), 2, width).transpose(1, 0, 2)
         for w, b in self.layers[1:-1]:
@@ -103,7 +107,7 @@ class NumpyPolicy(WhitenedObservations, PolicyChoice):
         w, b = self.layers[-1]
         x = np.matmul(x, w)  # the last layer is padded to max(actions, 1) columns
         x += b
-        return x[0, :, :size], self._values(x[1, :, 0])
+        return self._masked(x[0, :, :size], obs), self._values(x[1, :, 0])
 
     def _values(self, critic: np.ndarray) -> np.ndarray:
         return critic * self.value_std + self.value_mean if self.spec.value_norm else critic
@@ -155,9 +159,9 @@ class NumpyPolicy32(NumpyPolicy):
         x = rows @ self._folded[0]
         size = self.spec.action.size
         if len(self._folded) == 1:  # no hidden layers
-            return x[:, :size], self._values(x[:, x.shape[1] // 2])
+            return self._masked(x[:, :size], obs), self._values(x[:, x.shape[1] // 2])
         x = self.activate(x).reshape(len(obs), 2, -1).transpose(1, 0, 2)
         for w in self._folded[1:-1]:
             x = self.activate(np.matmul(x, w))
         x = np.matmul(x, self._folded[-1])
-        return x[0, :, :size], self._values(x[1, :, 0])
+        return self._masked(x[0, :, :size], obs), self._values(x[1, :, 0])

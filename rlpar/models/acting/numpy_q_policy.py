@@ -32,6 +32,7 @@ class NumpyQPolicy(EpsilonGreedyChoice):
 
             self.encoder = NumpyEncoder(spec.chosen_encoder, spec.image_shape, spec.channels_last, self.dtype)
         self.layers: list = []
+        self._init_action_mask(spec)
 
     def set_weights(self, weights: dict) -> None:
         # float64 by default: results then do not depend on the batch size (see NumpyPolicy.outputs).
@@ -50,6 +51,8 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         x = np.asarray(obs, self.dtype)
         if self.pixels:  # image bytes fed to the MLP, scaled as in torch
             x = x / 255.0
+        if self.mask_columns is not None and self._input_keep is not None:  # the network does not read the mask
+            x = x * self._input_keep
         for w, b in self.layers:
             x = self.activation(x @ w + b)
         return x
@@ -58,7 +61,7 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         return q_from_features(self.features(obs), self.heads)
 
     def outputs(self, obs: np.ndarray, state=None) -> tuple:
-        return (self.q_values(obs),)
+        return (self._masked(self.q_values(obs), obs),)
 
 
 def q_heads(weights: dict, dtype=np.float64) -> tuple:

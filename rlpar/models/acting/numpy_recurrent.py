@@ -26,6 +26,10 @@ def _as64(weights: dict, name: str) -> np.ndarray:
 class NumpyRecurrentEncoding:
     """Encoder and core of a recurrent network's state dict (`encoder.*`, `core.cell.*`)."""
 
+    # An action mask's columns and the columns the network reads (NumpyActing's, mixed in)
+    mask_columns: tuple[int, int] | None
+    _input_keep: np.ndarray | None
+
     def _init_recurrent(self, spec) -> None:
         self.spec = spec
         self.kind, self.size = spec.recurrent, spec.recurrent_size
@@ -61,6 +65,8 @@ class NumpyRecurrentEncoding:
             x = obs.astype(np.float64)
             if self.pixels:
                 x /= 255.0
+            if self.mask_columns is not None and self._input_keep is not None:  # the network does not read the mask
+                x *= self._input_keep
             for w, b in self.trunk:
                 x = self.activation(x @ w + b)
         projected = x @ self.w_ih + self.b_ih
@@ -94,6 +100,7 @@ class NumpyRecurrentPolicy(NumpyRecurrentEncoding, WhitenedObservations, PolicyC
         PolicyChoice.__init__(self, spec.action)
         self._init_recurrent(spec)
         self._init_whitening(spec)
+        self._init_action_mask(spec)
 
     def set_weights(self, weights: dict) -> None:
         self._set_recurrent_weights(weights)
@@ -106,7 +113,7 @@ class NumpyRecurrentPolicy(NumpyRecurrentEncoding, WhitenedObservations, PolicyC
     def outputs(self, obs: np.ndarray, state: np.ndarray | None = None):
         """Actor outputs [N, A] and values [N], in float64; `state` advances in place."""
         x = self._step(obs, state) @ self.heads + self.heads_bias
-        return x[:, :-1], x[:, -1]
+        return self._masked(x[:, :-1], obs), x[:, -1]
 
 
 class NumpyRecurrentQPolicy(NumpyRecurrentEncoding, EpsilonGreedyChoice):
@@ -115,6 +122,7 @@ class NumpyRecurrentQPolicy(NumpyRecurrentEncoding, EpsilonGreedyChoice):
     def __init__(self, spec, env_ids=None):
         EpsilonGreedyChoice.__init__(self, env_ids)
         self._init_recurrent(spec)
+        self._init_action_mask(spec)
 
     def set_weights(self, weights: dict) -> None:
         self._set_recurrent_weights(weights)
@@ -122,4 +130,4 @@ class NumpyRecurrentQPolicy(NumpyRecurrentEncoding, EpsilonGreedyChoice):
         self.set_choice_weights(weights)
 
     def outputs(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple:
-        return (q_from_features(self._step(obs, state), self.heads),)
+        return (self._masked(q_from_features(self._step(obs, state), self.heads), obs),)

@@ -68,6 +68,7 @@ class TorchPolicy(TorchActing, PolicyChoice):
         PolicyChoice.__init__(self, spec.action)
         self.spec = spec
         self._init_module(spec)
+        self._init_action_mask(spec)  # the module masks its outputs; the choice keeps draws legal
 
     def set_weights(self, weights: dict) -> None:
         self._load(weights)
@@ -81,6 +82,7 @@ class TorchQPolicy(TorchActing, EpsilonGreedyChoice):
         EpsilonGreedyChoice.__init__(self, env_ids)
         self.spec = spec
         self._init_module(spec)
+        self._init_action_mask(spec)  # the module masks its Q-values; ε-random actions stay legal
 
     def set_weights(self, weights: dict) -> None:
         self._load(weights)

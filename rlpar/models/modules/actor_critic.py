@@ -20,6 +20,7 @@ from torch import nn
 
 from rlpar.envs.spaces import factor_columns
 from rlpar.models.constants import VALUE_NORM_EPSILON
+from rlpar.models.modules.masks import ActionMasking
 from rlpar.models.modules.normalizer import ObservationNormalizer
 
 if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a circle
@@ -30,10 +31,11 @@ LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 ACTOR, CRITIC = 0, 1
 
 
-class ActorCriticBase(nn.Module):
+class ActorCriticBase(ActionMasking):
     """The interface the algorithms use: `towers(obs) -> (actor outputs [N, A], values [N])`,
     `acting_outputs`, `evaluate_actions`, and `spec`, `discrete`, `num_outputs`, `log_std` (Box
-    actions), `obs_normalizer`. Subclasses build their layers, then call `_add_log_std`."""
+    actions), `obs_normalizer`. Subclasses build their layers, then call `_add_log_std`. Actor
+    outputs of masked actions are MASKED_LOGIT (masks.py), which every use of them reads."""
 
     recurrent = False  # a recurrent network reads sequences (recurrent.py)
     state_size = 0
@@ -53,6 +55,7 @@ class ActorCriticBase(nn.Module):
                 self.factor_columns = None
             else:  # not in the state dict
                 self.register_buffer("factor_columns", torch.as_tensor(columns), persistent=False)
+        self._init_action_mask(spec)
 
     def _add_log_std(self) -> None:
         if not self.discrete:
@@ -110,7 +113,7 @@ class ActorCritic(ActorCriticBase):
         super().__init__(spec)
         self.pixels = spec.obs_dtype == "uint8"
         self.activation = ACTIVATION_FUNCTIONS[spec.activation]
-        self.obs_normalizer = ObservationNormalizer(spec.obs_dim, spec.normalize_obs)
+        self.obs_normalizer = ObservationNormalizer(spec.obs_dim, spec.normalize_obs, kept=spec.mask_columns)
         sizes = [spec.obs_dim, *spec.hidden_sizes, max(spec.action.size, 1)]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -126,9 +129,12 @@ class ActorCritic(ActorCriticBase):
             self.biases.append(nn.Parameter(torch.zeros(2, 1, sizes[i + 1])))
         self._add_log_std()  # after the towers: the parameters' order (optimiser state) is unchanged
         mask = None
-        if spec.actor_inputs is not None:  # the actor's first layer reads only the leading inputs
+        if spec.actor_inputs is not None or spec.input_keep is not None:
             mask = torch.ones(2, spec.obs_dim, 1)
-            mask[ACTOR, spec.actor_inputs :] = 0.0
+            if spec.actor_inputs is not None:  # the actor's first layer reads only the leading inputs
+                mask[ACTOR, spec.actor_inputs :] = 0.0
+            if spec.input_keep is not None:  # neither tower reads an action mask's columns
+                mask *= torch.as_tensor(spec.input_keep)[:, None]
         self.register_buffer("first_layer_mask", mask, persistent=False)
         # value_norm: the returns' running mean and variance (absent otherwise: state dicts unchanged)
         self.value_normalizer = ObservationNormalizer(1, True) if spec.value_norm else None
@@ -146,7 +152,8 @@ class ActorCritic(ActorCriticBase):
             if i < last:
                 x = self.activation(x)
         values = x[CRITIC, :, 0]
-        return x[ACTOR, :, : self.num_outputs], values if self.value_normalizer is None else self.denormalised(values)
+        actor = self.masked(x[ACTOR, :, : self.num_outputs], obs)
+        return actor, values if self.value_normalizer is None else self.denormalised(values)
 
     def value_scale(self, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """The returns' running mean and standard deviation (value_norm)."""

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rlpar.models.modules.encoders import build_encoder, image_batch
+from rlpar.models.modules.masks import ActionMasking
 from rlpar.models.modules.normalizer import ObservationNormalizer
 
 if TYPE_CHECKING:  # the spec builds this class: importing it here would be a circle
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # the spec builds this class: importing it here would be a ci
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
 
-class QNetwork(nn.Module):
+class QNetwork(ActionMasking):
     discrete = True
     recurrent = False  # a recurrent Q-network reads sequences (recurrent.py)
     state_size = 0
@@ -47,6 +48,7 @@ class QNetwork(nn.Module):
             self.trunk = nn.Sequential(*layers)
             features = sizes[-1]
         self._build_heads(features)
+        self._init_action_mask(spec)
 
     def _build_heads(self, width: int) -> None:
         self.advantage = nn.Linear(width, self.spec.action.size)
@@ -57,11 +59,11 @@ class QNetwork(nn.Module):
             return self.encoder(image_batch(obs, self.spec.image_shape, self.spec.channels_last))
         if self.pixels:  # image bytes fed to the MLP
             obs = obs.to(self.advantage.weight.dtype) / 255.0
-        return self.trunk(obs)
+        return self.trunk(self.network_inputs(obs))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values [N, actions]."""
-        return self.heads(self.features(obs))
+        """Q-values [N, actions]; masked actions' MASKED_LOGIT (masks.py)."""
+        return self.masked(self.heads(self.features(obs)), obs)
 
     def heads(self, features: torch.Tensor) -> torch.Tensor:
         """Q-values [..., actions] of features [..., F]: linear, or dueling."""

@@ -129,7 +129,7 @@ class RecurrentEncoding(nn.Module):
             return self.encoder(image_batch(obs, self.spec.image_shape, self.spec.channels_last))
         if self.pixels:  # image bytes fed to the MLP, scaled as the numpy copy does
             obs = obs.to(self.core.cell.weight_ih.dtype) / 255.0
-        return self.encoder(obs)
+        return self.encoder(self.network_inputs(obs))  # type: ignore[operator]  # ActionMasking's, mixed in
 
     def outputs_after(self, last_obs: torch.Tensor, final_state: torch.Tensor, last_valid: torch.Tensor) -> tuple:
         """The acting outputs for the observation after a sequence: one more step from its final
@@ -151,7 +151,9 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
     def __init__(self, spec: PolicySpec):
         ActorCriticBase.__init__(self, spec)
         width = self._build_recurrent(spec)
-        self.obs_normalizer = ObservationNormalizer(spec.obs_dim, spec.normalize_obs and not self.image)
+        self.obs_normalizer = ObservationNormalizer(
+            spec.obs_dim, spec.normalize_obs and not self.image, kept=spec.mask_columns
+        )
         self.actor = nn.Linear(width, spec.action.size)
         self.critic = nn.Linear(width, 1)
         for head, gain in ((self.actor, 0.01), (self.critic, 1.0)):
@@ -162,7 +164,7 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
     def sequence_outputs(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
         """Actor outputs [T, E, A], values [T, E] and the final state, over observations [T, E, ...]."""
         h, final = self.core_outputs(obs, initial_state, valid)
-        return self.actor(h), self.critic(h)[..., 0], final
+        return self.masked(self.actor(h), obs), self.critic(h)[..., 0], final
 
     # A recurrent network acts and evaluates from a state: its signatures extend the feed-forward ones.
     def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):  # type: ignore[override]
@@ -207,11 +209,12 @@ class RecurrentQNetwork(RecurrentEncoding, QNetwork):
         self.spec = spec
         self.obs_normalizer = ObservationNormalizer(spec.obs_dim, False)  # replay keeps raw observations
         self._build_heads(self._build_recurrent(spec))
+        self._init_action_mask(spec)
 
     def q_sequence(self, obs: torch.Tensor, initial_state: torch.Tensor, valid: torch.Tensor | None):
         """Q-values [T, B, A] and the final state over observations [T, B, ...] from `initial_state`."""
         h, final = self.core_outputs(obs, initial_state, valid)
-        return self.heads(h), final
+        return self.masked(self.heads(h), obs), final
 
     def acting_outputs(self, obs: torch.Tensor, state: torch.Tensor):  # type: ignore[override]  # acts from a state
         """One step for N environments: ((Q-values,), the next state)."""

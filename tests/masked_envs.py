@@ -1,0 +1,106 @@
+"""A Gymnasium environment with an invalid-action mask in its Dict observation, for the masking
+tests: it counts every masked action taken (class-level, so a test in the same process reads it)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class MaskedChoices(gym.Env):
+    """Each step `choices` actions, a random subset of them legal (the `action_mask` key, 1:
+    legal; at least one). The observation's `obs` points at one legal action: taking it earns
+    1, another legal action 0, a masked one -10 and ends the episode (and is counted in
+    `masked_taken`). Episodes last `length` steps."""
+
+    masked_taken = 0  # masked actions taken by every instance in this process
+    steps_taken = 0
+
+    def __init__(self, choices: int = 6, length: int = 20, legal_fraction: float = 0.5, render_mode=None):
+        self.choices, self.length, self.legal_fraction = choices, length, legal_fraction
+        self.observation_space = gym.spaces.Dict(
+            {
+                "obs": gym.spaces.Box(0.0, 1.0, (choices,), np.float32),
+                "action_mask": gym.spaces.Box(0, 1, (choices,), np.int8),
+            }
+        )
+        self.action_space = gym.spaces.Discrete(choices)
+        self.render_mode = render_mode
+
+    def _draw(self) -> dict:
+        mask = (self.np_random.random(self.choices) < self.legal_fraction).astype(np.int8)
+        if not mask.any():
+            mask[self.np_random.integers(self.choices)] = 1
+        self.mask = mask
+        self.good = int(self.np_random.choice(np.flatnonzero(mask)))
+        pointer = np.zeros(self.choices, np.float32)
+        pointer[self.good] = 1.0
+        return {"obs": pointer, "action_mask": mask.copy()}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        action = int(action)
+        type(self).steps_taken += 1
+        self.t += 1
+        if not self.mask[action]:
+            type(self).masked_taken += 1
+            return self._draw(), -10.0, True, False, {"masked_action": True}
+        reward = 1.0 if action == self.good else 0.0
+        return self._draw(), reward, False, self.t >= self.length, {}
+
+    def render(self):
+        return np.zeros((8, 8, 3), np.uint8)
+
+
+class MaskedChoicesBoxActions(MaskedChoices):
+    """The same observation with Box actions: a mask that masks nothing, refused by validation."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (self.choices,), np.float32)
+
+    def step(self, action):
+        return super().step(int(np.argmax(action)))  # the highest score's action
+
+
+class MaskedChoicesWideMask(MaskedChoices):
+    """A mask one column wider than the action space: refused by validation."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.action_space = gym.spaces.Discrete(self.choices - 1)
+
+
+class MaskedMultiChoices(MaskedChoices):
+    """MultiDiscrete([3, 4]) actions, masked per factor: the mask has 3 + 4 columns, each factor's
+    own in turn, at least one legal choice per factor; a masked choice in any factor ends the episode."""
+
+    NVEC = (3, 4)
+
+    def __init__(self, length: int = 20, render_mode=None):
+        super().__init__(choices=sum(self.NVEC), length=length, render_mode=render_mode)
+        self.action_space = gym.spaces.MultiDiscrete(list(self.NVEC))
+
+    def _draw(self) -> dict:
+        obs = super()._draw()
+        start = 0
+        for n in self.NVEC:  # each factor at least one legal choice
+            if not self.mask[start : start + n].any():
+                self.mask[start + int(self.np_random.integers(n))] = 1
+            start += n
+        obs["action_mask"] = self.mask.copy()
+        return obs
+
+    def step(self, action):
+        offsets = np.concatenate([[0], np.cumsum(self.NVEC)[:-1]])
+        columns = np.asarray(action, np.int64) + offsets
+        type(self).steps_taken += 1
+        self.t += 1
+        if not self.mask[columns].all():
+            type(self).masked_taken += 1
+            return self._draw(), -10.0, True, False, {"masked_action": True}
+        return self._draw(), 0.0, False, self.t >= self.length, {}
