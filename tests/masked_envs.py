@@ -16,8 +16,11 @@ class MaskedChoices(gym.Env):
     masked_taken = 0  # masked actions taken by every instance in this process
     steps_taken = 0
 
-    def __init__(self, choices: int = 6, length: int = 20, legal_fraction: float = 0.5, render_mode=None):
+    def __init__(
+        self, choices: int = 6, length: int = 20, legal_fraction: float = 0.5, record: str | None = None, render_mode=None
+    ):
         self.choices, self.length, self.legal_fraction = choices, length, legal_fraction
+        self.record = record  # a file that gains a line per masked action (environments in other processes)
         self.observation_space = gym.spaces.Dict(
             {
                 "obs": gym.spaces.Box(0.0, 1.0, (choices,), np.float32),
@@ -47,10 +50,16 @@ class MaskedChoices(gym.Env):
         type(self).steps_taken += 1
         self.t += 1
         if not self.mask[action]:
-            type(self).masked_taken += 1
+            self._count_masked()
             return self._draw(), -10.0, True, False, {"masked_action": True}
         reward = 1.0 if action == self.good else 0.0
         return self._draw(), reward, False, self.t >= self.length, {}
+
+    def _count_masked(self) -> None:
+        type(self).masked_taken += 1
+        if self.record:
+            with open(self.record, "a") as file:
+                file.write("masked\n")
 
     def render(self):
         return np.zeros((8, 8, 3), np.uint8)
@@ -81,8 +90,8 @@ class MaskedMultiChoices(MaskedChoices):
 
     NVEC = (3, 4)
 
-    def __init__(self, length: int = 20, render_mode=None):
-        super().__init__(choices=sum(self.NVEC), length=length, render_mode=render_mode)
+    def __init__(self, length: int = 20, record: str | None = None, render_mode=None):
+        super().__init__(choices=sum(self.NVEC), length=length, record=record, render_mode=render_mode)
         self.action_space = gym.spaces.MultiDiscrete(list(self.NVEC))
 
     def _draw(self) -> dict:
@@ -101,6 +110,6 @@ class MaskedMultiChoices(MaskedChoices):
         type(self).steps_taken += 1
         self.t += 1
         if not self.mask[columns].all():
-            type(self).masked_taken += 1
+            self._count_masked()
             return self._draw(), -10.0, True, False, {"masked_action": True}
         return self._draw(), 0.0, False, self.t >= self.length, {}

@@ -239,3 +239,34 @@ def test_batches_of_worker_processes_and_central_inference_hold_legal_actions_on
         legal = np.take_along_axis(batch.obs[..., :6], batch.actions[..., None].astype(np.int64), axis=-1)[..., 0]
         assert valid.sum() > 200 and (legal[valid] == 1).all()
         assert (batch.rewards >= 0).all()  # a masked action would have cost -10
+
+
+ALGORITHMS = {
+    "a2c": ("algo=a2c", "parallel=local"),
+    "appo": ("algo=appo", "parallel=local"),
+    "impala": ("algo=impala", "parallel=local"),
+    "ppo-gru": ("algo=ppo", "parallel=local", "model.recurrent=gru", "model.recurrent_size=16"),
+    "r2d2": ("algo=dqn", "parallel=local", "model.recurrent=gru", "model.recurrent_size=16",
+             "algo.learning_starts=256", "algo.batch_size=8", "algo.burn_in=4", "algo.sequence_length=8"),
+    "a3c": ("algo=a3c", "parallel=multiprocess", "workers=2"),
+    "async_dqn": ("algo=async_dqn", "parallel=multiprocess", "workers=2"),
+    "apex": ("algo=apex", "parallel=multiprocess", "workers=2", "algo.learning_starts=256"),
+    "ppo-multidiscrete": ("algo=ppo", "parallel=local", "env.entry_point=tests.masked_envs:MaskedMultiChoices"),
+}
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_every_discrete_algorithm_trains_without_masked_actions(make_cfg, tmp_path, name):
+    """Environments in worker processes count masked actions in a file (`record`)."""
+    record = tmp_path / "masked.txt"
+    overrides = ALGORITHMS[name]
+    env = () if any(o.startswith("env.entry_point=") for o in overrides) else (MASKED_ENV,)
+    cfg = make_cfg(*overrides, *env, f"+env.kwargs.record={record}", "model.hidden_sizes=[16]",
+                   "envs_per_worker=2", "checkpoint.every=0", run_dir=tmp_path / "run")
+    trainer = build_trainer(cfg)  # no validation probe: its random steps would be counted
+    try:
+        rows = [trainer.train() for _ in range(6)]
+    finally:
+        trainer.close()
+    assert rows[-1]["env_steps"] >= 60
+    assert not record.exists(), record.read_text().count("\n")
