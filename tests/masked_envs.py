@@ -16,9 +16,8 @@ class MaskedChoices(gym.Env):
     masked_taken = 0  # masked actions taken by every instance in this process
     steps_taken = 0
 
-    def __init__(
-        self, choices: int = 6, length: int = 20, legal_fraction: float = 0.5, record: str | None = None, render_mode=None
-    ):
+    def __init__(self, choices: int = 6, length: int = 20, legal_fraction: float = 0.5, record: str | None = None,
+                 render_mode=None):
         self.choices, self.length, self.legal_fraction = choices, length, legal_fraction
         self.record = record  # a file that gains a line per masked action (environments in other processes)
         self.observation_space = gym.spaces.Dict(
