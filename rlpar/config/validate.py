@@ -310,9 +310,10 @@ def _check_env(c: ConfigView, check_env: bool):
     if problem:
         c.problems.append(problem)
         return None
-    from rlpar.envs.probe import probe_env
+    from rlpar.envs.probe import ACTION_MASK_KEY, probe_env
 
-    probe = probe_env(spec)
+    model = c.get("model")
+    probe = probe_env(spec, mask_key=(model if isinstance(model, dict) else {}).get("action_mask_key", ACTION_MASK_KEY))
     problem = probe.problem or _spaces_problem(c, probe) or probe.step_problem
     if problem:
         c.problems.append(problem)

@@ -22,6 +22,7 @@ from rlpar.envs.wrapping import unsupported_space_hint
 from rlpar.errors import first_line
 
 PROBE_STEPS = 5
+ACTION_MASK_KEY = "action_mask"  # the model's `action_mask_key` by default (rlpar.models.action_masks)
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ class EnvProbe:
         return self.spec.id or str(self.spec.entry_point)
 
 
-def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
+def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS, mask_key: str | None = ACTION_MASK_KEY) -> EnvProbe:
     """Build one environment of `spec`, describe its spaces, then reset it and take `steps` random
-    steps (0: no reset, spaces only)."""
+    steps (0: no reset, spaces only), legal ones where its Dict observation holds a mask of them
+    under `mask_key`."""
     name = spec.id or str(spec.entry_point)
     if spec.kind == "pettingzoo":
         return _probe_multi_agent(spec, name, steps)
@@ -69,9 +71,9 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS) -> EnvProbe:
             action = describe_action_space(env.action_space)
         except TypeError as err:
             return EnvProbe(spec, f"env: {err}{unsupported_space_hint(env)}")
-        step_problem = _step_problem(env, name, steps) if steps else None
+        step_problem, last_obs = _step_problem(env, name, steps, mask_key) if steps else (None, None)
         if steps and step_problem is None:
-            sampled = env.action_space.sample()
+            sampled = random_action(env.action_space, last_obs, mask_key)
             state_problem = state_pickle_problem(env, lambda copy: copy.step(sampled)[:2])
         else:
             state_problem = None
@@ -143,29 +145,46 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
             venv.close()
 
 
-def _step_problem(env: gym.Env, name: str, steps: int) -> str | None:
-    """Reset and step `env`: an environment that lies about its observations is named now."""
+def random_action(space: gym.Space, obs, mask_key: str | None):
+    """A random action of `space`, among the legal ones where the Dict observation `obs` holds a
+    0/1 mask of them under `mask_key` (Discrete, or MultiDiscrete per factor): an environment may
+    refuse an illegal action."""
+    mask = obs.get(mask_key) if mask_key is not None and isinstance(obs, dict) else None
+    if mask is not None:
+        legal = np.asarray(mask).reshape(-1).astype(np.int8)
+        if isinstance(space, gym.spaces.Discrete) and legal.size == space.n and legal.any():
+            return space.sample(mask=legal)
+        if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1 and legal.size == space.nvec.sum():
+            factors = tuple(np.split(legal, np.cumsum(space.nvec)[:-1]))
+            if all(factor.any() for factor in factors):
+                return space.sample(mask=factors)
+    return space.sample()
+
+
+def _step_problem(env: gym.Env, name: str, steps: int, mask_key: str | None):
+    """Reset and step `env`: an environment that lies about its observations is named now. Returns
+    the problem (or None) and the last observation."""
     space = env.observation_space
     box = isinstance(space, gym.spaces.Box)
     env.action_space.seed(0)
-    stage = "reset"
+    stage, obs = "reset", None
     try:
         obs, _ = env.reset(seed=0)
         for step in range(steps + 1):
             if problem := observation_problem(obs, space):
-                return f"env: {name} returned {problem} (at {stage})"
+                return f"env: {name} returned {problem} (at {stage})", obs
             values = obs if box else gym.spaces.flatten(space, obs)
             if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
-                return f"env: {name} returned NaN or infinite observations after {stage}"
+                return f"env: {name} returned NaN or infinite observations after {stage}", obs
             if step == steps:
                 break
             stage = f"step {step + 1}"
-            obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            obs, reward, terminated, truncated, _ = env.step(random_action(env.action_space, obs, mask_key))
             if problem := reward_problem(reward):
-                return f"env: {name} returned {problem} (at {stage})"
+                return f"env: {name} returned {problem} (at {stage})", obs
             if terminated or truncated:
                 stage = "reset"
                 obs, _ = env.reset()
     except Exception as err:
-        return f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})"
-    return None
+        return f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})", obs
+    return None, obs

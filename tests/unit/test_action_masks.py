@@ -270,3 +270,11 @@ def test_every_discrete_algorithm_trains_without_masked_actions(make_cfg, tmp_pa
         trainer.close()
     assert rows[-1]["env_steps"] >= 60
     assert not record.exists(), record.read_text().count("\n")
+
+
+@pytest.mark.parametrize("env_cls", [MaskedChoices, MaskedMultiChoices], ids=["discrete", "multidiscrete"])
+def test_validation_probes_the_environment_with_legal_actions_only(make_cfg, env_cls):
+    """An environment may refuse an illegal action: validation's random steps read its mask."""
+    before, steps = env_cls.masked_taken, env_cls.steps_taken
+    validate_config(make_cfg("algo=ppo", f"env.entry_point=tests.masked_envs:{env_cls.__name__}"))
+    assert env_cls.steps_taken - steps >= 6 and env_cls.masked_taken == before
