@@ -278,3 +278,19 @@ def test_validation_probes_the_environment_with_legal_actions_only(make_cfg, env
     before, steps = env_cls.masked_taken, env_cls.steps_taken
     validate_config(make_cfg("algo=ppo", f"env.entry_point=tests.masked_envs:{env_cls.__name__}"))
     assert env_cls.steps_taken - steps >= 6 and env_cls.masked_taken == before
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_masked_outputs_stay_finite_under_autocast(dtype):
+    """algo.precision: MASKED_LOGIT is not finite in float16, so masked outputs are float32."""
+    env = MaskedChoices()
+    rows = torch.as_tensor(masked_rows(env, 64))
+    legal_actions = torch.as_tensor([int(np.flatnonzero(row[:6].numpy())[0]) for row in rows])
+    model, q_network = spec_for(env).build(), spec_for(env, QNetworkSpec).build()
+    with torch.autocast("cpu", dtype=dtype):
+        logp, entropy, _ = model.evaluate_actions(rows, legal_actions)
+        q = q_network(rows)
+    (logp.sum() + entropy.sum()).backward()
+    assert torch.isfinite(logp).all() and torch.isfinite(entropy).all() and torch.isfinite(q).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert (q[rows[:, :6] < 0.5] == MASKED_LOGIT).all() and (q.max(dim=1).values > -1e29).all()
