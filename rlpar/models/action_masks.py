@@ -39,12 +39,12 @@ def mask_problem(key: str, columns: tuple[int, int], action: ActionInfo) -> str 
     if not action.discrete:
         return (
             f"the observation's '{key}' masks actions, but the action space is Box: masks are for Discrete "
-            f"and MultiDiscrete actions (+model.action_mask_key=null reads it as an observation)"
+            f"and MultiDiscrete actions (model.action_mask_key=null reads it as an observation)"
         )
     if width != action.size:
         return (
             f"the observation's '{key}' has {width} columns, but the action space has {action.size} choices "
-            f"(a mask needs one 0/1 value per choice; +model.action_mask_key=null reads it as an observation)"
+            f"(a mask needs one 0/1 value per choice; model.action_mask_key=null reads it as an observation)"
         )
     return None
 

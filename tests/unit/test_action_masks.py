@@ -214,7 +214,7 @@ def test_a_mask_that_cannot_mask_the_actions_is_refused_in_one_line(make_cfg, en
     problems = [p for p in err.value.problems if "action_mask" in p]
     assert len(problems) == 1 and words in problems[0] and "\n" not in problems[0], err.value.problems
     validate_config(make_cfg("algo=ppo", f"env.entry_point=tests.masked_envs:{entry_point}",
-                             "+model.action_mask_key=null"))  # read as an observation: accepted
+                             "model.action_mask_key=null"))  # read as an observation: accepted
 
 
 @pytest.mark.parametrize("overrides", [
