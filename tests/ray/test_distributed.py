@@ -367,3 +367,22 @@ def test_ray_actors_on_both_nodes_import_the_package_that_registers_the_id(clust
     finally:
         trainer.close()
     assert (row["env_steps"], row["num_nodes"]) == (32, 2)
+
+
+@pytest.mark.parametrize("algo", [("algo=impala",), ("algo=dqn", "algo.learning_starts=256")], ids=["impala", "dqn"])
+def test_ray_actors_on_both_nodes_take_no_masked_action(cluster, make_cfg, tmp_path, algo):
+    """Action masks from a Dict observation on Ray actors: the environments count every masked
+    action they are sent in a file (tests/masked_envs.py), which must stay absent."""
+    from rlpar.runtime.build import build_trainer
+    from tests.unit.test_action_masks import MASKED_ENV
+
+    record = tmp_path / "masked.txt"
+    cfg = make_cfg(*algo, MASKED_ENV, f"+env.kwargs.record={record}", "parallel=distributed", "workers=2",
+                   "envs_per_worker=2", "model.hidden_sizes=[16]", "checkpoint.every=0", run_dir=tmp_path / "run")
+    trainer = build_trainer(cfg)  # no validation probe: its random steps would be counted
+    try:
+        rows = [trainer.train() for _ in range(6)]
+    finally:
+        trainer.close()
+    assert rows[-1]["num_nodes"] == 2 and rows[-1]["env_steps"] >= 256
+    assert not record.exists(), record.read_text().count("\n")
