@@ -2,7 +2,7 @@
 
     rlpar train [group=option ...] [key=value ...]   # exactly `python main.py ...` (Hydra)
     rlpar config [group=option ...] [key=value ...]  # the config that would run, validated and resolved (--unresolved)
-    rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S] [--stochastic] [--trust]
+    rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S] [--stochastic] [--opponent WHO] [--trust]
     rlpar report DIR [--out DIR] [--threshold ENV=VALUE] [--benchmark]
 
 Only the standard library and rlpar.interrupts are imported before a command starts: a
@@ -436,6 +436,14 @@ def evaluate(argv: list[str]) -> int:
         "epsilon 0.05) instead of taking the greedy ones; the evaluations.jsonl row says which",
     )
     parser.add_argument(
+        "--opponent",
+        default=None,
+        metavar="WHO",
+        help="a turn-based game's opponent: random, self (the evaluated policy), or a checkpoint file whose "
+        "policy plays it (default: the run's env.opponent); games alternate who moves first and the row "
+        "gains win_rate, draw_rate, loss_rate, first_mover_win_rate and illegal_actions",
+    )
+    parser.add_argument(
         "--trust",
         action="store_true",
         help="import the code that RUN_DIR's config.yaml names (environment, network) even where this "
@@ -454,6 +462,7 @@ def evaluate(argv: list[str]) -> int:
             seed=args.seed,
             trust=args.trust,
             stochastic=args.stochastic,
+            opponent=args.opponent,
             video_episodes=min(args.video_episodes, args.episodes) if args.video else 0,
         )
     except EvaluateError as err:

@@ -269,16 +269,27 @@ def _algo_keys(c: ConfigView) -> frozenset[str]:
 def _check_env(c: ConfigView, check_env: bool):
     """The env group's keys and, with `check_env`, one environment probed; returns the probe."""
     from rlpar.envs.factory import API_MODES, ENV_KINDS, VECTORIZATION_MODES, check_env_exists, resolve_env_spec
+    from rlpar.envs.pettingzoo import OPPONENTS
 
-    multi_agent = c.get("env.kind") == "pettingzoo"
+    pettingzoo = c.get("env.kind") == "pettingzoo"
     if "kind" in (c.get("env") or {}):
         c.choice("env.kind", ENV_KINDS)
-    if multi_agent:
+    if pettingzoo:
         c.choice("env.agent_id", (True, False))
+        if "opponent" in (c.get("env") or {}):
+            c.choice("env.opponent", OPPONENTS)
     else:
         c.choice("env.vectorization", VECTORIZATION_MODES)
         c.choice("env.api", API_MODES)
-    if c.algorithm and bool(c.algorithm.get("multi_agent")) != multi_agent:
+    turn_based = pettingzoo and _turn_based(c)
+    multi_agent = pettingzoo and not turn_based
+    if turn_based and c.algorithm and c.algorithm.get("multi_agent"):
+        c.problems.append(
+            f"env=pettingzoo: {c.get('env.id') or c.get('env.entry_point')} is a turn-based game, played as a "
+            f"single-agent env against env.opponent; use algo={c.algorithms_with('multi_agent', False)}"
+        )
+        check_env = False
+    elif c.algorithm and bool(c.algorithm.get("multi_agent")) != multi_agent:
         algo = c.get("algo.name")
         c.problems.append(
             f"env=pettingzoo: algo={algo} learns single-agent environments; use "
@@ -318,6 +329,19 @@ def _check_env(c: ConfigView, check_env: bool):
     if problem:
         c.problems.append(problem)
     return probe
+
+
+def _turn_based(c: ConfigView) -> bool:
+    """The env group names a turn-based PettingZoo game (rlpar.envs.factory.turn_based_game)."""
+    from rlpar.envs.factory import resolve_env_spec, turn_based_game
+
+    env_cfg = c.get("env")
+    if "env" in c.unresolved or not isinstance(env_cfg, dict) or _env_shape_problems(env_cfg):
+        return False
+    try:
+        return turn_based_game(resolve_env_spec(**{**env_cfg, "kind": "pettingzoo"}, skip_turn_based=True))
+    except Exception:  # a malformed env group: reported by the checks that follow
+        return False
 
 
 def _spaces_problem(c: ConfigView, probe) -> str | None:

@@ -53,6 +53,8 @@ class EnvSpec:
     policies: Any = "auto"
     agent_id: bool = False
     global_state: str | None = None
+    # A turn-based PettingZoo game (rlpar.envs.pettingzoo.TurnBasedGame): who plays the other seats.
+    opponent: str = "self"
     # Modules imported before the environment is built, in every process that builds it: packages
     # that register their ids on import (rlpar/envs/registration.py finds the usual ones itself).
     imports: tuple[str, ...] = ()
@@ -61,9 +63,10 @@ class EnvSpec:
     wrappers: tuple[Any, ...] = ()
 
 
-def resolve_env_spec(*, centralised_critic: bool = False, **env_cfg) -> EnvSpec:
+def resolve_env_spec(*, centralised_critic: bool = False, skip_turn_based: bool = False, **env_cfg) -> EnvSpec:
     """Turn the `env` config group into an EnvSpec (keys that are not EnvSpec fields are ignored).
-    A multi-agent environment's rows carry the global state only for a `centralised_critic`."""
+    A multi-agent environment's rows carry the global state only for a `centralised_critic`; a
+    turn-based PettingZoo game becomes a single-agent TurnBasedGame (unless `skip_turn_based`)."""
     names = {f.name for f in fields(EnvSpec)}
     spec = {k: v for k, v in env_cfg.items() if k in names}
     if not centralised_critic:
@@ -81,7 +84,77 @@ def resolve_env_spec(*, centralised_critic: bool = False, **env_cfg) -> EnvSpec:
     spec["wrappers"] = tuple(dict(w) if isinstance(w, Mapping) else w for w in spec.get("wrappers") or ())
     if (spec.get("entry_point") or spec["imports"] or spec["wrappers"]) and not spec.get("import_dir"):
         spec["import_dir"] = launch_dir()
-    return EnvSpec(**spec)
+    resolved = EnvSpec(**spec)
+    return turn_based_spec(resolved) if not skip_turn_based and turn_based_game(resolved) else resolved
+
+
+TURN_BASED_ENTRY_POINT = "rlpar.envs.factory:make_turn_based_game"
+
+
+def turn_based_game(spec: EnvSpec) -> bool:
+    """An `env=pettingzoo` spec naming a game whose agents act in turn (an AEC env that is not
+    parallelizable: PettingZoo's classic games), which is played as a single-agent env. False
+    where the game cannot be built (the probe then names why)."""
+    if spec.kind != "pettingzoo":
+        return False
+    try:
+        from rlpar.envs.pettingzoo import is_turn_based
+
+        env = _game_factory(spec.entry_point or spec.id, bool(spec.entry_point), spec.import_dir)(**spec.kwargs)
+    except Exception:  # a user's game may raise anything; the multi-agent probe reports it
+        return False
+    try:
+        return is_turn_based(env)
+    finally:
+        env.close()
+
+
+def _game_factory(game: str | None, is_entry_point: bool, import_dir: str | None):
+    """What builds a PettingZoo game: its entry point, or its module's `parallel_env` or `env`."""
+    from rlpar.envs.pettingzoo import module_env_factory
+
+    if not game:
+        raise ValueError("env: give env.id (a PettingZoo module) or env.entry_point")
+    return import_object(game, import_dir) if is_entry_point else module_env_factory(game)
+
+
+def make_turn_based_game(
+    game: str,
+    game_kwargs: dict | None = None,
+    opponent: str = "self",
+    game_is_entry_point: bool = False,
+    import_dir: str | None = None,
+) -> gym.Env:
+    """A turn-based PettingZoo game as a single-agent env (rlpar.envs.pettingzoo.TurnBasedGame):
+    `game` names a PettingZoo module, or with `game_is_entry_point` a function or class."""
+    from rlpar.envs.pettingzoo import TurnBasedGame
+
+    aec_env = _game_factory(game, game_is_entry_point, import_dir)(**(game_kwargs or {}))
+    return TurnBasedGame(aec_env, opponent=opponent, name=game)
+
+
+def turn_based_spec(spec: EnvSpec) -> EnvSpec:
+    """A turn-based game's spec as a single-agent env: TurnBasedGame with the game, its kwargs
+    and `env.opponent`."""
+    game = spec.entry_point or spec.id
+    return EnvSpec(
+        id=spec.id or spec.entry_point,
+        entry_point=TURN_BASED_ENTRY_POINT,
+        kwargs={
+            "game": game,
+            "game_kwargs": dict(spec.kwargs),
+            "opponent": spec.opponent,
+            "game_is_entry_point": bool(spec.entry_point),
+            "import_dir": spec.import_dir,
+        },
+        vectorization="sync",
+        max_episode_steps=spec.max_episode_steps,
+        max_restarts=spec.max_restarts,
+        restart_window_s=spec.restart_window_s,
+        import_dir=spec.import_dir,
+        imports=spec.imports,
+        opponent=spec.opponent,
+    )
 
 
 LAUNCH_DIR_VARIABLE = "RLPAR_LAUNCH_DIR"  # set by `rlpar train` / main.py; inherited by its workers

@@ -36,7 +36,16 @@ from rlpar.envs.recovering import (
     reset_failed,
     stop_if_failing_for_good,
 )
-from rlpar.envs.spaces import SUPPORTED_ACTIONS, ActionInfo, describe_action_space, is_image_space, observation_dim
+from rlpar.envs.spaces import (
+    SUPPORTED_ACTIONS,
+    ActionInfo,
+    ActionMapper,
+    describe_action_space,
+    draw_noise,
+    flatten_observation_fn,
+    is_image_space,
+    observation_dim,
+)
 from rlpar.errors import EnvironmentFailedError
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
@@ -499,3 +508,158 @@ class TeamEnv(gym.Env):
 
     def close(self):
         self.venv.close()
+
+
+# -- turn-based games ---------------------------------------------------------------------------
+OPPONENTS = ("self", "random")  # env.opponent: the learner's own current policy, or uniform legal moves
+OPPONENT_STREAM = 7  # the opponent's generator: its own stream beside the game's seed
+MASK_KEY = "action_mask"
+
+
+def is_turn_based(env) -> bool:
+    """A PettingZoo AEC environment whose agents act in turn (PettingZoo's classic games): it
+    declares itself not parallelizable, so it is played as a single-agent game (TurnBasedGame)."""
+    from pettingzoo.utils.env import AECEnv
+
+    return isinstance(env, AECEnv) and not env.metadata.get("is_parallelizable", False)
+
+
+class TurnBasedGame(gym.Env):
+    """A turn-based PettingZoo game as a single-agent Gymnasium env: the learner plays one seat,
+    the next seat each episode (so it moves first in every other game of two seats), and the
+    other seats are played inside the env by the opponent until it is the learner's turn again.
+
+    The observation and action are the learner's seat's own (a Dict with its `action_mask`, which
+    every algorithm applies); the reward is everything its seat received since its previous move,
+    the opponent's moves and the game's end included; the episode ends when the game does. At the
+    end `info` holds `game_outcome` (1 win, 0 draw, -1 loss: the sign of the seat's game return),
+    `moved_first` and `illegal_actions` (moves the learner sent that its mask forbade).
+
+    `opponent`: `random` (uniform among legal moves) or `self`: the policy handed by
+    `set_opponent_policy` (a rollout worker's acting policy, so always its newest weights, acting
+    on its own flattened observation, its actions sampled with this env's seeded noise);
+    random moves until one is handed. Seeded resets give the same games: the seat is the reset
+    seed plus the episodes since, and the opponent's generator is seeded from it."""
+
+    def __init__(self, game, opponent: str = "self", name: str = "the game"):
+        """`game`: the PettingZoo AEC env (rlpar.envs.factory.make_turn_based_game builds it)."""
+        if opponent not in OPPONENTS:
+            raise ValueError(f"env.opponent: expected one of {', '.join(OPPONENTS)}, got {opponent!r}")
+        self.game = game
+        if not is_turn_based(self.game):
+            raise TypeError(f"{name} is not a turn-based PettingZoo AEC game")
+        self.seats = tuple(self.game.possible_agents)
+        first = self.seats[0]
+        if any(
+            self.game.observation_space(a) != self.game.observation_space(first)
+            or self.game.action_space(a) != self.game.action_space(first)
+            for a in self.seats
+        ):
+            raise ValueError(f"{name}: its seats' spaces differ; rlpar plays every seat with one policy")
+        self.observation_space = self.game.observation_space(first)
+        self.action_space = self.game.action_space(first)
+        self.opponent = opponent
+        self.metadata = {**getattr(self.game, "metadata", {}), "autoreset_mode": None}
+        self.render_mode = getattr(self.game, "render_mode", None)
+        self._policy = None
+        self._policy_action = describe_action_space(self.action_space)
+        self._seat_base, self._episodes = 0, 0
+        self.learner = first
+        self._rng = np.random.default_rng(OPPONENT_STREAM)
+        self._return, self._illegal = 0.0, 0
+        self._flatten = flatten_observation_fn(self.observation_space)
+        self._mapper = ActionMapper(self._policy_action)
+        self._batch = gym.vector.utils.create_empty_array(self.observation_space, 1)
+
+    def __getstate__(self) -> dict:
+        """Pickled without the opponent's policy (a worker hands it again before it acts) and
+        the flattening closure (rebuilt)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_policy", "_flatten")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._policy = None
+        self._flatten = flatten_observation_fn(self.observation_space)
+
+    def set_opponent_policy(self, policy) -> None:
+        """The acting policy the `self` opponent plays with (its `act(rows, noise, state)`)."""
+        self._policy = policy
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._seat_base, self._episodes = int(seed), 0
+            self._rng = np.random.default_rng([int(seed), OPPONENT_STREAM])
+        self.learner = self.seats[(self._seat_base + self._episodes) % len(self.seats)]
+        self._episodes += 1
+        self.game.reset(seed=seed)
+        self._return, self._illegal = 0.0, 0
+        self._play_opponents()
+        if self._game_over():  # the game ended before the learner's first move
+            return self.reset(options=options)
+        return self.game.observe(self.learner), {}
+
+    def step(self, action):
+        if not self._legal(self.game.observe(self.learner), action):
+            self._illegal += 1
+        reward = self._advance(action)
+        reward += self._play_opponents()
+        self._return += reward
+        ended = self._game_over()
+        info = {}
+        if ended:
+            info = {
+                "game_outcome": int(np.sign(self._return)),
+                "moved_first": self.learner == self.seats[0],
+                "illegal_actions": self._illegal,
+            }
+        return self.game.observe(self.learner), reward, ended, False, info
+
+    def _game_over(self) -> bool:
+        return not self.game.agents or all(
+            self.game.terminations.get(a, False) or self.game.truncations.get(a, False) for a in self.game.agents
+        )
+
+    def _advance(self, action) -> float:
+        """One move of the seat to move; the learner's reward from it."""
+        self.game.step(int(action) if isinstance(self.action_space, gym.spaces.Discrete) else action)
+        return float(self.game.rewards.get(self.learner, 0.0))
+
+    def _play_opponents(self) -> float:
+        """The other seats move until it is the learner's turn or the game ends; the learner's
+        rewards from their moves."""
+        reward = 0.0
+        while not self._game_over() and self.game.agent_selection != self.learner:
+            reward += self._advance(self._opponent_action(self.game.observe(self.game.agent_selection)))
+        return reward
+
+    def _opponent_action(self, obs):
+        policy = self._policy if self.opponent == "self" else None
+        if policy is None:
+            mask = obs.get(MASK_KEY) if isinstance(obs, dict) else None
+            if mask is not None and np.any(mask):
+                return int(self._rng.choice(np.flatnonzero(mask)))
+            return self.action_space.sample()
+        rows = self._flatten(gym.vector.utils.concatenate(self.observation_space, [obs], self._batch))
+        greedy = hasattr(policy, "epsilon")  # a Q-network's ε is per worker environment: its greedy move
+        noise = None
+        if not greedy:
+            noise = draw_noise(self._rng, self._policy_action, 1).astype(
+                getattr(policy, "dtype", np.float64) if self._policy_action.discrete else np.float32, copy=False
+            )
+        state = np.zeros((1, policy.state_size)) if getattr(policy, "state_size", 0) else None
+        action, _, _ = policy.act(policy.normalize(rows), noise, state)
+        return self._mapper.to_env(action)[0]
+
+    @staticmethod
+    def _legal(obs, action) -> bool:
+        mask = obs.get(MASK_KEY) if isinstance(obs, dict) else None
+        if mask is None or np.ndim(action) != 0:
+            return True
+        return bool(np.asarray(mask).reshape(-1)[int(action)])
+
+    def render(self):
+        return self.game.render()
+
+    def close(self):
+        self.game.close()

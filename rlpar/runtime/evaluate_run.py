@@ -65,12 +65,15 @@ def evaluate_run(
     max_steps: int = 100_000,
     trust: bool = False,
     stochastic: bool = False,
+    opponent: str | None = None,
 ) -> dict:
     """Evaluate the newest checkpoint of `run_dir` for `episodes` episodes, recording the first
     `video_episodes` of them; returns the metrics, per-episode returns, checkpoint and video paths,
     and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it. The code that
     config.yaml names is imported only where this user's key signed it (rlpar.runtime.run_dir),
-    or when `trust`. `stochastic`: actions sampled as in training, not the greedy ones."""
+    or when `trust`. `stochastic`: actions sampled as in training, not the greedy ones.
+    `opponent` (a turn-based game's): `random`, `self`, or a checkpoint file whose policy plays
+    the other seats; None: the run's own `env.opponent`."""
     run_dir = Path(run_dir)
     config = _run_config(run_dir)
     checkpoint, state = _newest_checkpoint(run_dir)
@@ -78,14 +81,17 @@ def evaluate_run(
     use_wandb = bool(wandb or (wandb is None and _wandb_options(config)))
     _refuse_links(run_dir, _written_names(video_episodes, tensorboard, use_wandb))
     target = _evaluation_target(run_dir, config, checkpoint, state, seed)
+    target, opponent_weights = _with_opponent(target, opponent)
 
     prefix = f"{checkpoint.stem}-seed{target.seed}"
     notes: list[str] = []
     video_episodes = _video_episodes_possible(video_episodes, notes)
     metrics, returns, lengths, videos = _play(
-        target, run_dir / VIDEO_DIR, prefix, episodes, video_episodes, max_steps, stochastic, notes
+        target, run_dir / VIDEO_DIR, prefix, episodes, video_episodes, max_steps, stochastic, notes, opponent_weights
     )
     row = _result_row(run_dir, checkpoint, target, stochastic, metrics, returns, lengths, videos)
+    if "win_rate" in metrics:
+        row = {**row, "opponent": opponent or target.env_spec.opponent}
     _append_line(run_dir / EVALUATIONS_FILE, json.dumps(row))
     _log_evaluation(run_dir, config, metrics, videos, target.env_steps, f"evaluate-{prefix}", tensorboard, use_wandb)
     return {
@@ -95,6 +101,40 @@ def evaluate_run(
         "summary": _summary(row, metrics, episodes),
         "notes": notes,
     }
+
+
+def _with_opponent(target: _Target, opponent: str | None) -> tuple[_Target, dict | None]:
+    """The target with a turn-based game's `opponent` (random, self, or a checkpoint file's
+    policy, whose weights are returned) in place of the run's; EvaluateError where the run's
+    environment is no turn-based game or the checkpoint's policy does not fit."""
+    from dataclasses import replace
+
+    from rlpar.envs.factory import TURN_BASED_ENTRY_POINT
+    from rlpar.envs.pettingzoo import OPPONENTS
+
+    if opponent is None:
+        return target, None
+    spec = target.env_spec
+    if spec.entry_point != TURN_BASED_ENTRY_POINT:
+        raise EvaluateError(f"--opponent: {spec.id or spec.entry_point} is not a turn-based game (env=pettingzoo)")
+    weights = None
+    if opponent not in OPPONENTS:
+        path = Path(opponent)
+        if not path.is_file():
+            raise EvaluateError(f"--opponent: expected {', '.join(OPPONENTS)} or a checkpoint file, got '{opponent}'")
+        from rlpar.runtime.checkpoint import load_checkpoint
+
+        try:
+            weights = _policy_weights(path, load_checkpoint(path))
+        except EvaluateError:
+            raise
+        except Exception as err:  # a damaged or foreign file, in any of many ways
+            raise EvaluateError(f"--opponent: cannot read checkpoint '{path}' ({type(err).__name__}: {err})") from None
+        if misfit := _weights_misfit(target.policy_spec, weights):
+            raise EvaluateError(f"--opponent: the policy of '{path}' does not fit this run's network ({misfit})")
+        opponent = "self"
+    spec = replace(spec, opponent=opponent, kwargs={**spec.kwargs, "opponent": opponent})
+    return target._replace(env_spec=spec), weights
 
 
 def _refuse_unsigned_code(run_dir: Path, config: dict, trust: bool) -> None:
@@ -159,6 +199,7 @@ def _play(
     max_steps: int,
     stochastic: bool,
     notes: list[str],
+    opponent_weights: dict | None = None,
 ) -> tuple[dict, list[float], list[int], list[Path]]:
     """The episodes played: (metrics, returns, lengths, videos), the first `video_episodes` recorded."""
     from rlpar.errors import first_line
@@ -178,6 +219,7 @@ def _play(
             wrap_env=record,
             episodes=per_episode,
             stochastic=stochastic,
+            opponent_weights=opponent_weights,
         )
     except BaseException as err:
         if record:  # what was recorded before the failure, possibly a file cut off mid-write

@@ -33,6 +33,7 @@ def evaluate_policy(
     wrap_env: Callable[[gym.Env], gym.Env] | None = None,
     episodes: list | None = None,
     stochastic: bool = False,
+    opponent_weights: dict | None = None,
 ) -> dict:
     """Greedy actions (argmax or Gaussian mean), or with `stochastic` actions drawn as the policy
     draws them in training (its distribution; a Q-network's ε-greedy, at EVAL_EPSILON whether the
@@ -42,7 +43,13 @@ def evaluate_policy(
 
     `render_mode` is passed to the environment (`rgb_array` for videos), `wrap_env` wraps it
     (e.g. in Gymnasium's RecordVideo), and `episodes`, when given, receives each episode's
-    (return, length)."""
+    (return, length).
+
+    A turn-based game (rlpar.envs.pettingzoo.TurnBasedGame) is played against its opponent: with
+    `opponent_weights` a copy of the policy with those weights (another checkpoint), else its
+    `env.opponent` (`self`: the evaluated policy itself, greedy or stochastic as it is); the result
+    adds its win, draw and loss rates, the win rate of the games where the policy moved first
+    (the seat alternates with the episode's seed) and the illegal moves it sent."""
     if render_mode is not None:
         env_spec = replace(env_spec, kwargs={**env_spec.kwargs, "render_mode": render_mode})
     env = make_env(env_spec)
@@ -61,7 +68,14 @@ def evaluate_policy(
         policy.epsilon = np.full(1, EVAL_EPSILON)
     mapper = ActionMapper(policy_spec.action)
     agents = getattr(policy_spec, "agents_per_env", 0)  # a multi-agent env: its agents' rows, its team's reward
-    returns = []
+    hand_opponent = getattr(env.unwrapped, "set_opponent_policy", None)
+    if hand_opponent is not None:
+        opponent = policy
+        if opponent_weights is not None:
+            opponent = policy_spec.acting_policy()
+            opponent.set_weights(opponent_weights)
+        hand_opponent(opponent)
+    returns, games = [], []
     try:
         for episode in range(num_episodes):
             obs, _ = env.reset(seed=seed + episode)
@@ -79,13 +93,15 @@ def evaluate_policy(
                     )
                 )
                 action, _, _ = policy.act(x, noise, state)  # advances `state`
-                obs, reward, terminated, truncated, _ = env.step(
+                obs, reward, terminated, truncated, info = env.step(
                     mapper.to_env(action) if agents else mapper.to_env(action)[0]
                 )
                 total += float(reward)
                 steps += 1
                 done = terminated or truncated
             returns.append(total)
+            if "game_outcome" in info:
+                games.append(info)
             if episodes is not None:
                 episodes.append((total, steps))
     finally:
@@ -97,6 +113,22 @@ def evaluate_policy(
         "eval_return_min": float(arr.min()),
         "eval_return_max": float(arr.max()),
         "eval_episodes": num_episodes,
+        **(game_outcomes(games) if games else {}),
+    }
+
+
+def game_outcomes(games: list[dict]) -> dict:
+    """Win, draw and loss rates of turn-based games' final `info` (rlpar.envs.pettingzoo.TurnBasedGame),
+    the win rate of those where the policy moved first, and the illegal moves it sent."""
+    outcomes = np.array([int(g["game_outcome"]) for g in games])
+    first = np.array([bool(g["moved_first"]) for g in games])
+    return {
+        "win_rate": float(np.mean(outcomes > 0)),
+        "draw_rate": float(np.mean(outcomes == 0)),
+        "loss_rate": float(np.mean(outcomes < 0)),
+        "first_mover_win_rate": float(np.mean(outcomes[first] > 0)) if first.any() else float("nan"),
+        "first_mover_games": int(first.sum()),
+        "illegal_actions": int(sum(int(g["illegal_actions"]) for g in games)),
     }
 
 

@@ -96,6 +96,20 @@ class RolloutWorker:
         self.env_state_problem: str | None = None  # why checkpoints keep no environment state (get_state)
         self.env_name = env_spec.id or str(env_spec.entry_point)
 
+    def _hand_opponent_policy(self) -> None:
+        """Environments that play the learner's policy against itself (a turn-based game's `self`
+        opponent, rlpar.envs.pettingzoo.TurnBasedGame) get the policy this worker acts with, so
+        the opponent always plays its newest weights. Handed before each rollout (the weights are
+        set by then; moves before the first rollout are random ones), again because a rebuilt
+        or unpickled environment holds none (a central inference client acts only for rows of
+        this worker's environments, so it is not handed: its games' opponent plays random moves)."""
+        if not hasattr(self.policy, "normalize"):
+            return
+        for env in getattr(self.venv, "envs", ()):
+            hand = getattr(getattr(env, "unwrapped", env), "set_opponent_policy", None)
+            if hand is not None:
+                hand(self.policy)
+
     def set_weights(self, weights: dict, version: int) -> None:
         self.policy.set_weights(weights)
         self.policy_version = version
@@ -226,6 +240,7 @@ class RolloutWorker:
             raw_sum = np.zeros((N, self.policy_spec.obs_dim), np.float64)
             raw_sq = np.zeros((N, self.policy_spec.obs_dim), np.float64)
         noise = self._draw_noise()
+        self._hand_opponent_policy()
         env_restarts_before = env_restarts(self.venv)
         team_returns, team_lengths, team_ends = [], [], []
         act_raw = self.policy.act_raw
