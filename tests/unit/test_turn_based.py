@@ -171,3 +171,13 @@ def test_tictactoe_trains_with_ppo_and_evaluates_against_random(parallel, tmp_pa
     assert row["opponent"] == "random" and row["illegal_actions"] == 0 and row["first_mover_games"] == 20
     assert row["win_rate"] + row["draw_rate"] + row["loss_rate"] == pytest.approx(1.0)
     assert 0.0 <= row["first_mover_win_rate"] <= 1.0
+    checkpoint = sorted((run_dir / "checkpoints").glob("*.pt"))[-1]
+    against_itself = run_rlpar(
+        "-m", "rlpar", "evaluate", str(run_dir), "--episodes", "10", "--opponent", str(checkpoint), "--no-video",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert against_itself.returncode == 0, against_itself.stderr[-3000:]
+    row = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
+    assert row["opponent"] == str(checkpoint) and row["eval_episodes"] == 10 and row["illegal_actions"] == 0
+    refused = run_rlpar("-m", "rlpar", "evaluate", str(run_dir), "--opponent", "nobody", "--no-video", cwd=tmp_path)
+    assert refused.returncode == 2 and "--opponent: expected self, random or a checkpoint file" in refused.stderr
