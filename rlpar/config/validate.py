@@ -286,7 +286,7 @@ def _check_env(c: ConfigView, check_env: bool):
     if turn_based and c.algorithm and c.algorithm.get("multi_agent"):
         c.problems.append(
             f"env=pettingzoo: {c.get('env.id') or c.get('env.entry_point')} is a turn-based game, played as a "
-            f"single-agent env against env.opponent; use algo={c.algorithms_with('multi_agent', False)}"
+            "single-agent env against env.opponent; use a single-agent algorithm (algo=ppo, dqn, ...)"
         )
         check_env = False
     elif c.algorithm and bool(c.algorithm.get("multi_agent")) != multi_agent:

@@ -133,7 +133,7 @@ def test_configs_route_the_game_and_refuse_what_does_not_fit(make_cfg):
     probe = validate_config(make_cfg("env=pettingzoo", f"env.id={TICTACTOE}", "algo=ppo"))
     assert probe.agents is None and probe.spec.entry_point == TURN_BASED_ENTRY_POINT
     for overrides, words in (
-        (("algo=ippo",), "is a turn-based game"),
+        (("algo=ippo",), "is a turn-based game, played as a single-agent env against env.opponent; use a single-"),
         (("algo=ppo", "env.opponent=nobody"), "env.opponent: 'nobody' is not one of self, random"),
     ):
         with pytest.raises(ConfigError) as raised:
