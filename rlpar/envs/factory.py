@@ -124,12 +124,15 @@ def make_turn_based_game(
     opponent: str = "self",
     game_is_entry_point: bool = False,
     import_dir: str | None = None,
+    render_mode: str | None = None,
 ) -> gym.Env:
     """A turn-based PettingZoo game as a single-agent env (rlpar.envs.pettingzoo.TurnBasedGame):
-    `game` names a PettingZoo module, or with `game_is_entry_point` a function or class."""
+    `game` names a PettingZoo module, or with `game_is_entry_point` a function or class;
+    `render_mode` (an evaluation's video) is the game's."""
     from rlpar.envs.pettingzoo import TurnBasedGame
 
-    aec_env = _game_factory(game, game_is_entry_point, import_dir)(**(game_kwargs or {}))
+    kwargs = {**(game_kwargs or {}), **({"render_mode": render_mode} if render_mode else {})}
+    aec_env = _game_factory(game, game_is_entry_point, import_dir)(**kwargs)
     return TurnBasedGame(aec_env, opponent=opponent, name=game)
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,14 @@ def test_tictactoe_trains_with_ppo_and_evaluates_against_random(parallel, tmp_pa
     assert row["opponent"] == str(checkpoint) and row["eval_episodes"] == 10 and row["illegal_actions"] == 0
     refused = run_rlpar("-m", "rlpar", "evaluate", str(run_dir), "--opponent", "nobody", "--no-video", cwd=tmp_path)
     assert refused.returncode == 2 and "--opponent: expected self, random or a checkpoint file" in refused.stderr
+
+
+def test_the_game_renders_frames_for_an_evaluations_video():
+    spec = resolve_env_spec(kind="pettingzoo", id=TICTACTOE, opponent="random")
+    env = make_env(replace(spec, kwargs={**spec.kwargs, "render_mode": "rgb_array"}))
+    try:
+        env.reset(seed=0)
+        frame = env.render()
+        assert frame.ndim == 3 and frame.shape[2] == 3 and env.render_mode == "rgb_array"
+    finally:
+        env.close()
