@@ -193,3 +193,30 @@ def test_the_game_renders_frames_for_an_evaluations_video():
         assert frame.ndim == 3 and frame.shape[2] == 3 and env.render_mode == "rgb_array"
     finally:
         env.close()
+
+
+def test_the_self_opponent_plays_the_handed_policys_moves():
+    """A policy whose logits favour the centre square, then the corner 0, opens every game it
+    moves first in at the centre and never moves at random."""
+    spec = resolve_env_spec(kind="pettingzoo", id=TICTACTOE, opponent="self")
+    policy_spec, _ = probe_policy_spec(spec, PolicySpec)
+    weights = {k: v.detach().numpy().copy() for k, v in policy_spec.build().state_dict().items()}
+    weights["weights.2"][0] = 0.0  # the actor's last layer: its logits are its biases
+    weights["biases.2"][0, 0] = 0.0
+    weights["biases.2"][0, 0, 4], weights["biases.2"][0, 0, 0] = 60.0, 30.0
+    policy = policy_spec.acting_policy()
+    policy.set_weights(weights)
+    env = make_env(spec)
+    env.unwrapped.set_opponent_policy(policy)
+    try:
+        for seed in range(10):
+            obs, _ = env.reset(seed=seed)
+            if env.unwrapped.learner != env.unwrapped.seats[0]:  # the opponent has made its first move
+                opponent_marks = obs["observation"][..., 1].reshape(-1)
+                assert opponent_marks.sum() == 1 and opponent_marks[4] == 1
+            else:
+                obs, *_ = env.step(4 if seed % 4 == 0 else 8)  # the centre taken: the corner 0 answers it
+                opponent_marks = obs["observation"][..., 1].reshape(-1)
+                assert opponent_marks[0 if seed % 4 == 0 else 4] == 1 and opponent_marks.sum() == 1
+    finally:
+        env.close()
