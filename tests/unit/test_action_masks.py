@@ -170,6 +170,7 @@ PPO = ("algo=ppo", MASKED_ENV, "parallel=local", "workers=1", "envs_per_worker=4
        "model.hidden_sizes=[32]", "checkpoint.every=0", "seed=1")
 
 
+@pytest.mark.slow
 def test_ppo_trains_without_masked_actions_and_learns(make_cfg, tmp_path):
     cfg = make_cfg(*PPO, "total_steps=8192", run_dir=tmp_path / "ppo")
     trainer = build_trainer(cfg, env_probe=validate_config(cfg))
@@ -187,6 +188,7 @@ def test_ppo_trains_without_masked_actions_and_learns(make_cfg, tmp_path):
     assert (normalizer.var[6:] != 1).any()  # the observation's own columns are whitened
 
 
+@pytest.mark.slow
 def test_dqn_trains_without_masked_actions(make_cfg, tmp_path):
     cfg = make_cfg("algo=dqn", MASKED_ENV, "parallel=local", "workers=1", "envs_per_worker=4",
                    "model.hidden_sizes=[32]", "algo.learning_starts=256", "algo.batch_size=32",
@@ -254,8 +256,10 @@ ALGORITHMS = {
     "ppo-multidiscrete": ("algo=ppo", "parallel=local", "env.entry_point=tests.masked_envs:MaskedMultiChoices"),
 }
 
+SLOW_ALGORITHMS = {"ppo-gru", "apex"}  # the full tier's: several seconds each
 
-@pytest.mark.parametrize("name", ALGORITHMS)
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_ALGORITHMS else n for n in ALGORITHMS])
 def test_every_discrete_algorithm_trains_without_masked_actions(make_cfg, tmp_path, name):
     """Environments in worker processes count masked actions in a file (`record`)."""
     record = tmp_path / "masked.txt"
