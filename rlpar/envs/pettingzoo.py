@@ -37,6 +37,7 @@ from rlpar.envs.recovering import (
     stop_if_failing_for_good,
 )
 from rlpar.envs.spaces import (
+    ACTION_MASK_KEY,
     SUPPORTED_ACTIONS,
     ActionInfo,
     ActionMapper,
@@ -513,7 +514,6 @@ class TeamEnv(gym.Env):
 # -- turn-based games ---------------------------------------------------------------------------
 OPPONENTS = ("self", "random")  # env.opponent: the learner's own current policy, or uniform legal moves
 OPPONENT_STREAM = 7  # the opponent's generator: its own stream beside the game's seed
-MASK_KEY = "action_mask"
 
 
 def is_turn_based(env) -> bool:
@@ -636,7 +636,7 @@ class TurnBasedGame(gym.Env):
     def _opponent_action(self, obs):
         policy = self._policy if self.opponent == "self" else None
         if policy is None:
-            mask = obs.get(MASK_KEY) if isinstance(obs, dict) else None
+            mask = obs.get(ACTION_MASK_KEY) if isinstance(obs, dict) else None
             if mask is not None and np.any(mask):
                 return int(self._rng.choice(np.flatnonzero(mask)))
             return self.action_space.sample()
@@ -653,7 +653,7 @@ class TurnBasedGame(gym.Env):
 
     @staticmethod
     def _legal(obs, action) -> bool:
-        mask = obs.get(MASK_KEY) if isinstance(obs, dict) else None
+        mask = obs.get(ACTION_MASK_KEY) if isinstance(obs, dict) else None
         if mask is None or np.ndim(action) != 0:
             return True
         return bool(np.asarray(mask).reshape(-1)[int(action)])

@@ -11,6 +11,7 @@ import numpy as np
 from rlpar.envs.contract import observation_problem, reward_problem
 from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.spaces import (
+    ACTION_MASK_KEY,
     ActionInfo,
     ObservationInfo,
     describe_action_space,
@@ -22,7 +23,6 @@ from rlpar.envs.wrapping import unsupported_space_hint
 from rlpar.errors import first_line
 
 PROBE_STEPS = 5
-ACTION_MASK_KEY = "action_mask"  # the model's `action_mask_key` by default (rlpar.models.action_masks)
 
 
 @dataclass(frozen=True)

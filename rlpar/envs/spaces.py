@@ -17,6 +17,9 @@ from typing import TypeGuard, cast
 import gymnasium as gym
 import numpy as np
 
+# The Dict observation key of a 0/1 mask of the legal actions, where PettingZoo's classic games and
+# many Gymnasium environments put it (the model's `action_mask_key` by default: rlpar.models.action_masks)
+ACTION_MASK_KEY = "action_mask"
 SUPPORTED_OBSERVATIONS = "Box, Discrete, MultiDiscrete, MultiBinary, and Dict or Tuple of these"
 SUPPORTED_ACTIONS = "Discrete, Box, MultiDiscrete and MultiBinary"
 

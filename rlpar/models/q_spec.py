@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlpar.envs.spaces import ActionInfo, action_space_kind
+from rlpar.envs.spaces import ACTION_MASK_KEY, ActionInfo, action_space_kind
 from rlpar.models.spec import ACTING, ACTIVATIONS, ENCODERS, RECURRENT, NetworkFields
 from rlpar.typed_config import choice, flag, integer, text
 
@@ -45,7 +45,7 @@ class QNetworkSpec(NetworkFields):
     recurrent: str | None = choice(None, RECURRENT, optional=True)  # R2D2's recurrent Q-network (models.modules)
     recurrent_size: int = integer(128, low=1)
     # Invalid-action masks, as PolicySpec's: masked Q-values are out of argmax, ε-random actions and targets
-    action_mask_key: str | None = text("action_mask", optional=True)
+    action_mask_key: str | None = text(ACTION_MASK_KEY, optional=True)
     mask_as_input: bool = flag(False)
     observation_keys: tuple[tuple[str, int, int], ...] = ()
 

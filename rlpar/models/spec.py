@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from rlpar.envs.spaces import ActionInfo
+from rlpar.envs.spaces import ACTION_MASK_KEY, ActionInfo
 from rlpar.errors import positive_integers
 from rlpar.models.action_masks import input_keep, mask_columns, mask_problem
 from rlpar.typed_config import choice, flag, integer, number, text
@@ -210,7 +210,7 @@ class PolicySpec(NetworkFields):
     value_norm: bool = flag(False)
     # Invalid-action masks (rlpar.models.action_masks): the Dict observation key holding one (null:
     # none), whether the network also reads it, and the row's Dict keys (from the environment's space)
-    action_mask_key: str | None = text("action_mask", optional=True)
+    action_mask_key: str | None = text(ACTION_MASK_KEY, optional=True)
     mask_as_input: bool = flag(False)
     observation_keys: tuple[tuple[str, int, int], ...] = ()
 
