@@ -268,7 +268,14 @@ def _algo_keys(c: ConfigView) -> frozenset[str]:
 
 def _check_env(c: ConfigView, check_env: bool):
     """The env group's keys and, with `check_env`, one environment probed; returns the probe."""
-    from rlpar.envs.factory import API_MODES, ENV_KINDS, VECTORIZATION_MODES, check_env_exists, resolve_env_spec
+    from rlpar.envs.factory import (
+        API_MODES,
+        ENV_KINDS,
+        VECTORIZATION_MODES,
+        check_env_exists,
+        resolve_env_spec,
+        turn_based_spec,
+    )
     from rlpar.envs.pettingzoo import OPPONENTS
 
     pettingzoo = c.get("env.kind") == "pettingzoo"
@@ -316,12 +323,18 @@ def _check_env(c: ConfigView, check_env: bool):
     if shape_problems:
         c.problems.extend(shape_problems)
         return None
-    spec = resolve_env_spec(**env_cfg, centralised_critic=bool(c.algorithm.get("centralised_critic")))
+    # whether it is a turn-based game is known already (`_turn_based`): the game is not built again to tell
+    spec = resolve_env_spec(
+        **env_cfg, centralised_critic=bool(c.algorithm.get("centralised_critic")), skip_turn_based=True
+    )
+    if turn_based:
+        spec = turn_based_spec(spec)
     problem = check_env_exists(spec)
     if problem:
         c.problems.append(problem)
         return None
-    from rlpar.envs.probe import ACTION_MASK_KEY, probe_env
+    from rlpar.envs.probe import probe_env
+    from rlpar.envs.spaces import ACTION_MASK_KEY
 
     model = c.get("model")
     probe = probe_env(spec, mask_key=(model if isinstance(model, dict) else {}).get("action_mask_key", ACTION_MASK_KEY))

@@ -95,6 +95,11 @@ class RolloutWorker:
         self.last_rollout_end: float | None = None  # for the time this worker sat idle between rollouts
         self.env_state_problem: str | None = None  # why checkpoints keep no environment state (get_state)
         self.env_name = env_spec.id or str(env_spec.entry_point)
+        # Its environments take an opponent's policy (a turn-based game's): looked up once, so that
+        # other environments' rollouts pay nothing for it.
+        self.hands_opponent_policy = any(
+            hasattr(getattr(env, "unwrapped", env), "set_opponent_policy") for env in getattr(self.venv, "envs", ())
+        )
 
     def _hand_opponent_policy(self) -> None:
         """Environments that play the learner's policy against itself (a turn-based game's `self`
@@ -103,7 +108,7 @@ class RolloutWorker:
         set by then; moves before the first rollout are random ones), again because a rebuilt
         or unpickled environment holds none (a central inference client acts only for rows of
         this worker's environments, so it is not handed: its games' opponent plays random moves)."""
-        if not hasattr(self.policy, "normalize"):
+        if not self.hands_opponent_policy or not hasattr(self.policy, "normalize"):
             return
         for env in getattr(self.venv, "envs", ()):
             hand = getattr(getattr(env, "unwrapped", env), "set_opponent_policy", None)
