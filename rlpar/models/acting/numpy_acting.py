@@ -84,7 +84,7 @@ class NumpyActing:
     def _first_layer_rows(self, w: np.ndarray) -> np.ndarray:
         """A first layer's weights [..., inputs, outputs] with the rows of an action mask's
         columns zeroed when the network does not read them (model.mask_as_input false)."""
-        if self.mask_columns is None or self._input_keep is None:
+        if self._input_keep is None:  # no mask, or the network reads it
             return w
         return np.where(self._input_keep[:, None], w, np.zeros((), w.dtype))
 

@@ -51,7 +51,7 @@ class NumpyQPolicy(EpsilonGreedyChoice):
         x = np.asarray(obs, self.dtype)
         if self.pixels:  # image bytes fed to the MLP, scaled as in torch
             x = x / 255.0
-        if self.mask_columns is not None and self._input_keep is not None:  # the network does not read the mask
+        if self._input_keep is not None:  # the network does not read the mask
             x = x * self._input_keep
         for w, b in self.layers:
             x = self.activation(x @ w + b)

@@ -26,9 +26,7 @@ def _as64(weights: dict, name: str) -> np.ndarray:
 class NumpyRecurrentEncoding:
     """Encoder and core of a recurrent network's state dict (`encoder.*`, `core.cell.*`)."""
 
-    # An action mask's columns and the columns the network reads (NumpyActing's, mixed in)
-    mask_columns: tuple[int, int] | None
-    _input_keep: np.ndarray | None
+    _input_keep: np.ndarray | None  # the columns the network reads (NumpyActing's, mixed in); None: all
 
     def _init_recurrent(self, spec) -> None:
         self.spec = spec
@@ -65,7 +63,7 @@ class NumpyRecurrentEncoding:
             x = obs.astype(np.float64)
             if self.pixels:
                 x /= 255.0
-            if self.mask_columns is not None and self._input_keep is not None:  # the network does not read the mask
+            if self._input_keep is not None:  # the network does not read the mask
                 x *= self._input_keep
             for w, b in self.trunk:
                 x = self.activation(x @ w + b)
