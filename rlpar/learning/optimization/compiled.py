@@ -74,8 +74,11 @@ def compile_setting(
 
 
 def torch_compile(fn, *, dynamic: bool = False):
+    """Compiled in the calling thread (`compile_threads` 1): Inductor's pool of compile workers is
+    threads that a fork does not copy, and a warm-up child (WarmCompile) waiting on it hung. The
+    step is one small graph, so the pool saved little."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR))
-    return torch.compile(fn, dynamic=dynamic)
+    return torch.compile(fn, dynamic=dynamic, options={"compile_threads": 1})
 
 
 def gradient_step(
@@ -352,11 +355,6 @@ def _warm_up(fn, args: tuple, kwargs: dict, writer: int, *, parent: int) -> None
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        # Inductor's pool of compile workers, if the parent had one, is threads that the fork did
-        # not copy: waiting on it hung the child. Compiling here alone changes no cache key.
-        import torch._inductor.config
-
-        torch._inductor.config.compile_threads = 1
         out = fn(*args, **kwargs)
         loss = out[0] if isinstance(out, tuple) else out
         if isinstance(loss, torch.Tensor) and loss.requires_grad:
