@@ -28,9 +28,7 @@ import torch
 
 from rlpar.algos.base import ActorCriticConfig
 from rlpar.algos.impala import IMPALA, IMPALAConfig
-from rlpar.learning.estimators.batch_tensors import vtrace_inputs
 from rlpar.learning.estimators.sequences import evaluate_steps, valid_steps
-from rlpar.learning.estimators.vtrace import compute_vtrace, offpolicy_metrics
 from rlpar.learning.learner import Learner
 from rlpar.learning.losses.ppo_loss import approx_kl, clip_fraction, clipped_policy_loss, value_loss
 from rlpar.learning.optimization.compiled import compile_setting, gradient_step
@@ -201,10 +199,7 @@ class APPO(IMPALA):
         [T, E], with the learning rate: per environment column, done once (by the learner that
         samples, in a learner group, whose learners' target networks are all the same)."""
         lr = self.count_steps(batch)
-        with torch.no_grad():  # targets from the target network, computed once per batch
-            inputs, _, _, _ = vtrace_inputs(self.learner.target_model, batch, self.learning_rewards(batch), self.device)
-        vs, advantages = compute_vtrace(**inputs, **self.vtrace)
-        self.offpolicy = offpolicy_metrics(inputs["target_logp"], batch.logp, batch.valid)
+        inputs, vs, advantages = self.vtrace_targets(self.learner.target_model, batch)
         return {
             "obs": batch.obs,
             "actions": batch.actions,

@@ -181,14 +181,20 @@ class IMPALA(Algorithm):
         """The on-policy update, and how off-policy its batch was."""
         return {**super().update(batch), **self.offpolicy}
 
+    def vtrace_targets(self, model, batch) -> tuple[dict, np.ndarray, np.ndarray]:
+        """`model`'s V-trace inputs for `batch` (one forward pass, no gradient), then its value
+        targets and policy-gradient advantages; keeps how off-policy the batch was."""
+        with torch.no_grad():
+            inputs, _, _, _ = vtrace_inputs(model, batch, self.learning_rewards(batch), self.device)
+        vs, advantages = compute_vtrace(**inputs, **self.vtrace)
+        self.offpolicy = offpolicy_metrics(inputs["target_logp"], batch.logp, batch.valid)
+        return inputs, vs, advantages
+
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch, time-major [T, E], with the
         learning rate: per environment column, done once (by the learner that samples, in a learner group)."""
         lr = self.count_steps(batch)
-        with torch.no_grad():  # the targets: one forward pass, then V-trace in numpy
-            inputs, _, _, _ = vtrace_inputs(self.model, batch, self.learning_rewards(batch), self.device)
-        vs, pg_advantages = compute_vtrace(**inputs, **self.vtrace)
-        self.offpolicy = offpolicy_metrics(inputs["target_logp"], batch.logp, batch.valid)
+        _, vs, pg_advantages = self.vtrace_targets(self.model, batch)
         return {
             "obs": batch.obs,
             "actions": batch.actions,
