@@ -283,8 +283,8 @@ def write_benchmark_report(sweep_dir: Path, out_dir: Path, runs) -> Path:
                 f"- **CleanRL**: the reference of {', '.join(sorted({r['env'] for r in cleanrl}))} (every other "
                 "row's is RL-Zoo's), in the RL-Zoo columns and marked CleanRL there: "
                 f"{rl_zoo.CLEANRL_SOURCE}: PPO's episodic return, mean and std over seeds, at 10M agent steps "
-                "(40M frames): 4x the Atari rows' budget of 2.5M agent steps (10M frames), and on the "
-                "NoFrameskip-v4 games without sticky actions, where rlpar trains ALE's v5 with them."
+                "(40M frames): 4x the Atari rows' budget of 2.5M agent steps (10M frames), on the "
+                "NoFrameskip-v4 games, without sticky actions as rlpar's ALE v5 games (conf/env/atari.yaml)."
             ]
             if cleanrl
             else []

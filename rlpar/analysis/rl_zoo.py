@@ -20,9 +20,9 @@ trains the newer ones, so those rows are references, not like-for-like figures:
 CleanRL (the Atari rows): vwxyzjn/cleanrl, docs/rl-algorithms/ppo.md, "Experiment results" of
 `ppo_atari.py` (Open RL Benchmark): the mean +- std over seeds (the std IS a spread over seeds) of
 PPO's episodic return, at 10M agent steps = 40M frames, on the NoFrameskip-v4 games without sticky
-actions. rlpar's Atari rows train 2.5M agent steps (10M frames, frame skip 4) on ALE's v5 games
-with sticky actions (0.25, conf/env/atari.yaml): a quarter of CleanRL's budget on a harder
-version, so the rows are references, not like-for-like figures. RL-Zoo has no IMPALA or APPO
+actions. rlpar's Atari rows train 2.5M agent steps (10M frames, frame skip 4) on ALE's v5 games,
+also without sticky actions (conf/env/atari.yaml): a quarter of CleanRL's budget, so the rows are
+references, not like-for-like figures. RL-Zoo has no IMPALA or APPO
 rows, CleanRL's ppo_atari.py none either: they are set against PPO's, as on the other tasks.
 """
 

@@ -23,7 +23,7 @@ composes as
 
 The env groups of conf/env differ only by id, except where an id's namespace needs its own:
 `ENV_GROUPS` maps a namespace (the part of the id before `/`) to the env option its rows add to
-their defaults, `ALE/` to `env=atari` (ale-py, frame skip and stacking, sticky actions); ids
+their defaults, `ALE/` to `env=atari` (ale-py, frame skip and stacking, no sticky actions); ids
 without a listed namespace keep the default env group. The row
 
     atari,impala,ALE/Pong-v5,distributed,4,2500000,

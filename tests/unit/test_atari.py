@@ -15,7 +15,7 @@ import pytest
 from rlpar.envs import atari
 from rlpar.envs.factory import check_env_exists, env_seeds, make_env, make_vector_env, resolve_env_spec
 
-STICKY = {"repeat_action_probability": 0.25, "full_action_space": False}  # conf/env/atari.yaml
+STICKY = {"repeat_action_probability": 0.25, "full_action_space": False}  # Machado et al.'s protocol (ALE v5's own default)
 
 
 @pytest.fixture

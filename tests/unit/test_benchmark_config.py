@@ -138,12 +138,12 @@ def test_a_row_composes_to_its_algorithm_environment_mode_and_budget(row, algo, 
 def test_an_atari_row_composes_with_the_atari_env_group_and_a_quarter_of_cleanrls_budget(row, algo, env, mode,
                                                                                           workers):
     """Named with `_` for the id's `/` (Hydra reads `/` in an option as a folder); env=atari's
-    preprocessing and sticky actions come with the row, which the default env group lacks."""
+    preprocessing and its action protocol (no sticky actions) come with the row, which the default env group lacks."""
     cfg = compose_config(["experiment=benchmark", f"+benchmark_row={row}"])
     assert (cfg.algo.name, cfg.env.id, cfg.parallel.name, cfg.workers, cfg.total_steps) == (
         algo, env, mode, workers, 2_500_000)
     assert (cfg.env.atari.frame_skip, cfg.env.atari.frame_stack, cfg.env.kwargs.repeat_action_probability) == (
-        4, 4, 0.25)
+        4, 4, 0.0)
     assert "atari" not in compose_config([f"algo={algo}"]).env  # the row's env group, not the default's
     assert benchmark_rows.row_config(benchmark_rows.rows()[row])["defaults"][-1] == {"override /env": "atari"}
 

@@ -20,7 +20,7 @@ from rlpar.envs.factory import check_env_exists, env_seeds, make_env, make_vecto
 pytest.importorskip("envpool", reason="envpool is not installed (pip install envpool==1.2.5)")
 pytest.importorskip("ale_py", reason="ale-py is not installed: the Atari comparisons need the emulator")
 
-STICKY = {"repeat_action_probability": 0.25, "full_action_space": False}  # conf/env/atari.yaml
+STICKY = {"repeat_action_probability": 0.25, "full_action_space": False}  # Machado et al.'s protocol (ALE v5's own default)
 NO_RANDOMNESS = {"repeat_action_probability": 0.0, "full_action_space": False}
 ROOT = Path(__file__).resolve().parents[2]
 
