@@ -137,3 +137,89 @@ def rendezvous(**kwargs) -> Relay:
         pass
 
     return Rendezvous(**kwargs)
+
+
+class MaskedPickers(ParallelEnv):
+    """Agents with invalid-action masks, for the masking tests: two pickers (Discrete(5)) and a
+    scout (Discrete(3)), each observing a Dict of `obs` (one-hot: the action that earns 1) and
+    `action_mask` (1: legal; a random half of its actions, at least one, the pointed one among
+    them). A masked action costs -10 and is counted in `masked_taken` (class-level) and, with
+    `record`, a line in that file (environments in other processes). Episodes last `length` steps;
+    the pickers' action sizes differ from the scout's, so a column holds the widest Discrete."""
+
+    metadata = {"name": "masked_pickers_v0"}
+    masked_taken = 0
+    steps_taken = 0
+
+    def __init__(self, length: int = 10, record: str | None = None):
+        self.possible_agents = ["picker_0", "picker_1", "scout_0"]
+        self.length, self.record = length, record
+        self.agents: list[str] = []
+        self.rng = np.random.default_rng()
+
+    @staticmethod
+    def choices(agent: str) -> int:
+        return 3 if agent.startswith("scout") else 5
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        n = self.choices(agent)
+        return spaces.Dict(
+            {"obs": spaces.Box(0.0, 1.0, (n,), np.float32), "action_mask": spaces.Box(0, 1, (n,), np.int8)}
+        )
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return spaces.Discrete(self.choices(agent))
+
+    def _observations(self) -> dict:
+        observations = {}
+        self.masks, self.good = {}, {}
+        for agent in self.agents:
+            n = self.choices(agent)
+            mask = (self.rng.random(n) < 0.5).astype(np.int8)
+            good = int(self.rng.integers(n))
+            mask[good] = 1
+            self.masks[agent], self.good[agent] = mask, good
+            observations[agent] = {"obs": np.eye(n, dtype=np.float32)[good], "action_mask": mask.copy()}
+        return observations
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.steps = list(self.possible_agents), 0
+        return self._observations(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.steps += 1
+        rewards = {}
+        for agent in self.agents:
+            action = int(actions[agent])
+            type(self).steps_taken += 1
+            if not self.masks[agent][action]:
+                type(self).masked_taken += 1
+                if self.record:
+                    with open(self.record, "a") as file:
+                        file.write(f"{agent}\n")
+                rewards[agent] = -10.0
+            else:
+                rewards[agent] = float(action == self.good[agent])
+        end = self.steps >= self.length
+        observations = self._observations()
+        infos = {a: {} for a in self.agents}
+        ended = {a: end for a in self.agents}
+        if end:
+            self.agents = []
+        return observations, rewards, {a: False for a in ended}, ended, infos
+
+
+def masked_pickers(**kwargs) -> MaskedPickers:
+    return MaskedPickers(**kwargs)
+
+
+class MaskedPickersWideMask(MaskedPickers):
+    """The scout's mask is one column wider than its actions: refused by validation."""
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return spaces.Discrete(self.choices(agent) - (1 if agent.startswith("scout") else 0))

@@ -42,6 +42,7 @@ from rlpar.envs.spaces import (
     ActionInfo,
     ActionMapper,
     describe_action_space,
+    dict_key_columns,
     draw_noise,
     flatten_observation_fn,
     is_image_space,
@@ -51,6 +52,7 @@ from rlpar.errors import EnvironmentFailedError
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
 GLOBAL_STATES = ("auto", "state", "observations")
+STATE_KEY_PREFIX = "state/"  # a global state's copies of the agents' Dict keys (AgentLayout.row_keys)
 SHARED_POLICY = "shared"
 
 
@@ -149,6 +151,9 @@ class AgentLayout:
     state_dim: int  # the global state a centralised critic reads (0: none)
     actions: tuple[ActionInfo, ...]  # per agent
     state_from_env: bool = False  # the global state is the env's state(); else every agent's observation
+    # per agent: its Dict observation's keys and their columns (rlpar.envs.spaces.dict_key_columns), where
+    # a model finds the agent's action mask
+    obs_keys: tuple[tuple[tuple[str, int, int], ...], ...] = ()
 
     @property
     def actor_inputs(self) -> tuple[int, ...]:
@@ -162,6 +167,20 @@ class AgentLayout:
     @property
     def row_dim(self) -> int:
         return max(self.row_dims)
+
+    def row_keys(self, agent: int) -> tuple[tuple[str, int, int], ...]:
+        """The Dict keys in agent `agent`'s row and their columns: its own observation's, then, in
+        a global state made of every agent's observation, each agent's as `state/<agent>/<key>`
+        (so a model that does not read an action mask skips the masks the state holds too)."""
+        own = self.obs_keys[agent] if self.obs_keys else ()
+        if not self.state_dim or self.state_from_env or not self.obs_keys:
+            return own
+        start = self.actor_inputs[agent]
+        in_state = []
+        for other, keys, width in zip(self.agents, self.obs_keys, self.obs_dims):
+            in_state += [(f"{STATE_KEY_PREFIX}{other}/{key}", start + first, start + stop) for key, first, stop in keys]
+            start += width
+        return own + tuple(in_state)
 
     def policy_agent(self, policy: int) -> int:
         """The first agent of `policy` (its agents share spaces and rows)."""
@@ -221,7 +240,10 @@ def agent_layout(env, *, policies="auto", agent_id: bool = False, global_state: 
     state_dim, state_from_env = 0, False
     if global_state is not None:
         state_dim, state_from_env = global_state_source(env, global_state, obs_dims)
-    layout = AgentLayout(agents, names, policy_of, obs_dims, id_dims, id_index, state_dim, actions, state_from_env)
+    obs_keys = tuple(dict_key_columns(obs_spaces[a]) for a in agents)
+    layout = AgentLayout(
+        agents, names, policy_of, obs_dims, id_dims, id_index, state_dim, actions, state_from_env, obs_keys
+    )
     layout.column_action  # noqa: B018 - raises for action spaces one array cannot hold
     return layout
 

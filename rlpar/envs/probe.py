@@ -56,7 +56,7 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS, mask_key: str | None =
     under `mask_key`."""
     name = spec.id or str(spec.entry_point)
     if spec.kind == "pettingzoo":
-        return _probe_multi_agent(spec, name, steps)
+        return _probe_multi_agent(spec, name, steps, mask_key)
     try:
         env = make_env(spec)
     except BaseException as err:  # user code: any exception, MemoryError included
@@ -91,9 +91,9 @@ def probe_env(spec: EnvSpec, *, steps: int = PROBE_STEPS, mask_key: str | None =
         env.close()
 
 
-def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
+def _probe_multi_agent(spec: EnvSpec, name: str, steps: int, mask_key: str | None) -> EnvProbe:
     """A PettingZoo environment's agents, laid out as rows (rlpar/envs/pettingzoo.py), then
-    `steps` random steps of every agent."""
+    `steps` random steps of every agent, legal ones where its observation holds a mask."""
     from rlpar.envs.factory import make_parallel_env, multi_agent_vector_env
     from rlpar.envs.pettingzoo import agent_layout
 
@@ -128,21 +128,32 @@ def _probe_multi_agent(spec: EnvSpec, name: str, steps: int) -> EnvProbe:
     stage, venv = "reset", None
     try:
         venv = multi_agent_vector_env(spec)
-        venv.reset(seed=0)
+        obs, _ = venv.reset(seed=0)
         for step in range(steps):
             stage = f"step {step + 1}"
-            obs, rewards, *_ = venv.step(np.stack([space.sample() for space in venv.action_spaces]))  # one environment
+            obs, rewards, *_ = venv.step(random_agent_actions(venv, obs, mask_key))  # one environment
             if not (np.all(np.isfinite(obs)) and np.all(np.isfinite(rewards))):
                 return replace(
                     probe, step_problem=f"env: {name} returned NaN or infinite observations or rewards at {stage}"
                 )
-        actions = np.stack([space.sample() for space in venv.action_spaces])
+        actions = random_agent_actions(venv, obs, mask_key)
         return replace(probe, state_problem=state_pickle_problem(venv, lambda copy: copy.step(actions)[:2]))
     except Exception as err:
         return replace(probe, step_problem=f"env: {name} failed in {stage} ({type(err).__name__}: {first_line(err)})")
     finally:
         if venv is not None:
             venv.close()
+
+
+def random_agent_actions(venv, rows: np.ndarray, mask_key: str | None) -> np.ndarray:
+    """A random action per agent of one multi-agent environment (a MultiAgentVectorEnv of one),
+    legal where the agent's row holds its mask under `mask_key`."""
+    actions = []
+    for a, space in enumerate(venv.action_spaces):
+        columns = next((c for key, *c in venv.layout.obs_keys[a] if key == mask_key), None) if mask_key else None
+        obs = {mask_key: rows[a, columns[0] : columns[1]]} if columns else None
+        actions.append(random_action(space, obs, mask_key))
+    return np.stack(actions)
 
 
 def random_action(space: gym.Space, obs, mask_key: str | None):

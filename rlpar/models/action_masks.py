@@ -56,13 +56,18 @@ def factor_membership(action: ActionInfo) -> np.ndarray:
     return np.repeat(np.eye(len(nvec), dtype=np.float32), nvec, axis=0)
 
 
-def input_keep(obs_dim: int, columns: tuple[int, int] | None, mask_as_input: bool) -> np.ndarray | None:
-    """[obs_dim] float32: 1 for the columns the network reads, 0 for the mask's; None when it
+def input_keep(obs_dim: int, observation_keys, key: str | None, mask_as_input: bool) -> np.ndarray | None:
+    """[obs_dim] float32: 1 for the columns the network reads, 0 for the mask's (and for the copies
+    of agents' masks a multi-agent global state holds, keys ending in `/<key>`); None when it
     reads them all."""
-    if columns is None or mask_as_input:
+    if key is None or mask_as_input:
+        return None
+    ranges = [(start, stop) for name, start, stop in observation_keys if name == key or name.endswith(f"/{key}")]
+    if not ranges:
         return None
     keep = np.ones(obs_dim, np.float32)
-    keep[columns[0] : columns[1]] = 0.0
+    for start, stop in ranges:
+        keep[start:stop] = 0.0
     return keep
 
 

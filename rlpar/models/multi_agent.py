@@ -50,7 +50,8 @@ class MultiAgentSpec:
     def from_layout(cls, layout, make_spec, **options) -> MultiAgentSpec:
         """One PolicySpec per policy of an AgentLayout (rlpar/envs/pettingzoo.py), made by
         `make_spec` (the model group) with `options`; with a global state in the rows the actor
-        reads the agent's own part of its row (a centralised critic reads all of it)."""
+        reads the agent's own part of its row (a centralised critic reads all of it). The row's
+        Dict keys tell the policy where its agents' action mask is (rlpar.models.action_masks)."""
         policies = []
         for p, name in enumerate(layout.policies):
             agent = layout.policy_agent(p)
@@ -62,6 +63,7 @@ class MultiAgentSpec:
                         obs_dim=layout.row_dims[agent],
                         action=layout.actions[agent],
                         actor_inputs=actor_inputs,
+                        observation_keys=layout.row_keys(agent),
                         **options,
                     ),
                 )

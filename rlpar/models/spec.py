@@ -100,7 +100,10 @@ class NetworkFields:
     @property
     def input_keep(self):
         """[obs_dim] 1 for the columns the network reads, 0 for the mask's; None: it reads all."""
-        return input_keep(self.obs_dim, self.mask_columns, getattr(self, "mask_as_input", False))
+        if self.mask_columns is None:
+            return None
+        key = getattr(self, "action_mask_key", None)
+        return input_keep(self.obs_dim, self.observation_keys, key, getattr(self, "mask_as_input", False))
 
     def _check_action_mask(self) -> None:
         object.__setattr__(self, "observation_keys", tuple(tuple(k) for k in self.observation_keys))
@@ -153,12 +156,24 @@ class NetworkFields:
         model.pop("_target_", None)
         if model.get("normalize_obs") == "auto":
             model["normalize_obs"] = False
-        try:
-            cls(**model, **probe.observation.as_kwargs(), action=probe.action)  # type: ignore[call-arg]  # a dataclass
-        except ValueError as err:
-            return f"model: {err}"
-        except Exception:  # noqa: BLE001 - unknown keys are reported by their own check
-            return None
+        layout = probe.agents  # env=pettingzoo: each agent's own row and actions (its action mask among them)
+        shapes = {"": {**probe.observation.as_kwargs(), "action": probe.action}}
+        if layout is not None:
+            shapes = {
+                f"agent {agent}: ": {
+                    "obs_dim": layout.row_dims[a],
+                    "action": layout.actions[a],
+                    "observation_keys": layout.row_keys(a),
+                }
+                for a, agent in enumerate(layout.agents)
+            }
+        for whose, shape in shapes.items():
+            try:
+                cls(**model, **shape)
+            except ValueError as err:
+                return f"model: {whose}{err}"
+            except Exception:  # noqa: BLE001 - unknown keys are reported by their own check
+                return None
         return None
 
     def _settle_fields(self) -> None:
