@@ -85,7 +85,8 @@ class MaskedChoicesWideMask(MaskedChoices):
 
 class MaskedMultiChoices(MaskedChoices):
     """MultiDiscrete([3, 4]) actions, masked per factor: the mask has 3 + 4 columns, each factor's
-    own in turn, at least one legal choice per factor; a masked choice in any factor ends the episode."""
+    own in turn, at least one legal choice per factor; a masked choice in any factor ends the episode.
+    The pointer `obs` marks one legal column of either factor: choosing it earns 1."""
 
     NVEC = (3, 4)
 
@@ -111,4 +112,50 @@ class MaskedMultiChoices(MaskedChoices):
         if not self.mask[columns].all():
             self._count_masked()
             return self._draw(), -10.0, True, False, {"masked_action": True}
-        return self._draw(), 0.0, False, self.t >= self.length, {}
+        reward = 1.0 if self.good in columns else 0.0
+        return self._draw(), reward, False, self.t >= self.length, {}
+
+
+class InfoMaskedChoices(MaskedChoices):
+    """MaskedChoices giving its mask in `info["action_mask"]` (at reset and every step, the final
+    one included) and observing only the pointer, as some Gymnasium environments do
+    (env.action_mask_info_key). `info_key` renames it; `mask_until` leaves it out of infos after
+    that many steps of an episode."""
+
+    def __init__(self, info_key: str = "action_mask", mask_until: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.info_key, self.mask_until = info_key, mask_until
+        self.observation_space = self.observation_space["obs"]
+
+    def _info(self) -> dict:
+        if self.mask_until is not None and self.t > self.mask_until:
+            return {"other": 1}
+        return {self.info_key: self.mask.copy()}
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs["obs"], self._info()
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs["obs"], reward, terminated, truncated, {**info, **self._info()}
+
+
+class InfoMaskedMultiChoices(MaskedMultiChoices):
+    """MaskedMultiChoices giving its mask in info as a tuple of per-factor masks (Gymnasium's
+    `MultiDiscrete.sample(mask=...)` form), beside a Box observation."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_space = self.observation_space["obs"]
+
+    def _info(self) -> dict:
+        return {"action_mask": tuple(np.split(self.mask.copy(), np.cumsum(self.NVEC)[:-1]))}
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs["obs"], self._info()
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs["obs"], reward, terminated, truncated, {**info, **self._info()}

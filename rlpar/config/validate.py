@@ -337,7 +337,15 @@ def _check_env(c: ConfigView, check_env: bool):
     from rlpar.envs.spaces import ACTION_MASK_KEY
 
     model = c.get("model")
-    probe = probe_env(spec, mask_key=(model if isinstance(model, dict) else {}).get("action_mask_key", ACTION_MASK_KEY))
+    mask_key = (model if isinstance(model, dict) else {}).get("action_mask_key", ACTION_MASK_KEY)
+    if spec.action_mask_info_key and mask_key != ACTION_MASK_KEY:
+        c.problems.append(
+            f"model.action_mask_key: env.action_mask_info_key puts the mask from info under '{ACTION_MASK_KEY}' in "
+            f"the observation, where the model must read it; leave model.action_mask_key={ACTION_MASK_KEY}, got "
+            f"{shown(mask_key)}"
+        )
+        return None
+    probe = probe_env(spec, mask_key=mask_key)
     problem = probe.problem or _spaces_problem(c, probe) or probe.step_problem
     if problem:
         c.problems.append(problem)
@@ -487,6 +495,11 @@ def _env_shape_problems(env_cfg: dict) -> list[str]:
         from rlpar.envs.wrapping import entry_shape_problem
 
         problems += list(filter(None, (entry_shape_problem(i, entry) for i, entry in enumerate(wrappers))))
+    info_key = env_cfg.get("action_mask_info_key")
+    if info_key is not None and not (isinstance(info_key, str) and info_key):
+        problems.append(
+            f"env.action_mask_info_key: expected an info key such as action_mask, or null, got {shown(info_key)}"
+        )
     kwargs = env_cfg.get("kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         problems.append(f"env.kwargs: expected a mapping such as {{render_mode: rgb_array}}, got {shown(kwargs)}")

@@ -22,7 +22,7 @@ from rlpar.envs.old_gym import OldGymAdapter, looks_like_old_gym
 from rlpar.envs.recovering import RecoveringEnv
 from rlpar.envs.registration import UnknownEnvId, register_env_id, split_module_id
 from rlpar.envs.seeded_vector import SEEDED_NATIVE
-from rlpar.envs.wrapping import apply_wrappers, wrapper_problems
+from rlpar.envs.wrapping import ActionMaskFromInfo, apply_wrappers, wrapper_problems
 
 VECTORIZATION_MODES = ("auto", "native", "sync", "envpool")  # envpool: rlpar/envs/envpool_vector.py
 ENV_KINDS = ("gymnasium", "pettingzoo")  # env.kind: single-agent Gymnasium, or multi-agent PettingZoo
@@ -61,6 +61,9 @@ class EnvSpec:
     # Gymnasium wrappers around each environment, innermost first: import paths, or mappings of a
     # `_target_` and its keyword arguments (rlpar/envs/wrapping.py).
     wrappers: tuple[Any, ...] = ()
+    # The `info` key where the environment gives its action mask (None: none there), moved into the
+    # observation outside `wrappers` (rlpar/envs/wrapping.py ActionMaskFromInfo).
+    action_mask_info_key: str | None = None
 
 
 def resolve_env_spec(*, centralised_critic: bool = False, skip_turn_based: bool = False, **env_cfg) -> EnvSpec:
@@ -288,6 +291,11 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     if spec.kind == "pettingzoo":
         if spec.wrappers:
             return "env.wrappers: Gymnasium wrappers are for single-agent environments; env=pettingzoo takes none"
+        if spec.action_mask_info_key:
+            return (
+                "env.action_mask_info_key: masks in info are read from single-agent Gymnasium environments; "
+                "a PettingZoo agent's mask goes in its Dict observation under 'action_mask'"
+            )
         return None  # its module or function is imported by the probe, which names what fails
     if problem := env_imports_problem(spec):
         return problem
@@ -333,9 +341,9 @@ def make_env(spec: EnvSpec) -> gym.Env:
         return TeamEnv(multi_agent_vector_env(spec))
     prepare_env(spec)
     env = _make_unwrapped_env(spec)
-    return (
-        apply_wrappers(env, spec.wrappers, partial(import_object, search_dir=spec.import_dir)) if spec.wrappers else env
-    )
+    if spec.wrappers:
+        env = apply_wrappers(env, spec.wrappers, partial(import_object, search_dir=spec.import_dir))
+    return ActionMaskFromInfo(env, spec.action_mask_info_key) if spec.action_mask_info_key else env
 
 
 def wrappers_problem(spec: EnvSpec) -> str | None:
@@ -346,6 +354,11 @@ def wrappers_problem(spec: EnvSpec) -> str | None:
         problems.append(
             f"env.vectorization: {spec.vectorization} vector envs are built whole, without env.wrappers; "
             f"use auto or sync"
+        )
+    elif spec.action_mask_info_key and spec.vectorization in ("native", "envpool"):
+        problems.append(
+            f"env.vectorization: {spec.vectorization} vector envs are built whole, without the wrapper that "
+            f"moves env.action_mask_info_key's mask into the observation; use auto or sync"
         )
     return "; ".join(problems) or None
 
@@ -383,7 +396,7 @@ def _has_seeded_native(spec: EnvSpec) -> bool:
 
 
 def has_native_vector_env(spec: EnvSpec) -> bool:
-    if spec.kind == "pettingzoo" or spec.wrappers:
+    if spec.kind == "pettingzoo" or spec.wrappers or spec.action_mask_info_key:
         return False
     prepare_env(spec)
     if spec.entry_point or spec.api == "old_gym" or is_ale_id(spec.id):

@@ -1,6 +1,7 @@
 """`env.wrappers`: Gymnasium wrappers put around each environment, in order, wherever it is built;
-and, for spaces rlpar cannot take (text, graphs, sequences), the wrapper that turns them into ones
-it can, named in the refusal.
+for spaces rlpar cannot take (text, graphs, sequences), the wrapper that turns them into ones
+it can, named in the refusal; and `ActionMaskFromInfo`, which moves an action mask an environment
+gives in `info` (`env.action_mask_info_key`) into its observation.
 
 An entry is a wrapper class by import path (`minigrid.wrappers.ImgObsWrapper`) or a mapping of
 its `_target_` and keyword arguments (`{_target_: gymnasium.wrappers.FilterObservation,
@@ -12,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import gymnasium as gym
+import numpy as np
 
-from rlpar.envs.spaces import supported_observation_space
+from rlpar.envs.spaces import ACTION_MASK_KEY, describe_action_space, supported_observation_space
+
+INNER_OBSERVATION_KEY = "obs"  # where ActionMaskFromInfo puts an observation that is not a Dict
 
 # The wrappers a package's own users put around its environments when their observations hold text:
 # (the environment class's top-level module, the wrappers, what each gives).
@@ -93,3 +97,62 @@ def unsupported_space_hint(env: gym.Env) -> str:
         "; turn them into a Box with a gymnasium.ObservationWrapper of your own: "
         "env.wrappers=[my_module.MyObservationWrapper]"
     )
+
+
+class ActionMaskFromInfo(gym.Wrapper):
+    """An environment that gives its 0/1 mask of the legal actions in `info[info_key]` (at reset
+    and at every step, as some Gymnasium environments do), seen as one whose Dict observation
+    holds it under ACTION_MASK_KEY, where every algorithm finds it (rlpar.models.action_masks):
+    a Dict observation gains the key, any other becomes `{"obs": observation, "action_mask": mask}`.
+    Each observation takes the mask of the info that comes with it (an episode's final observation
+    the final step's), so samplers, batches and replay carry it unchanged. A mask is a column per
+    action (a MultiDiscrete action's factors in turn; a tuple of per-factor masks, Gymnasium's
+    `MultiDiscrete.sample(mask=...)` form, is joined). An info without it raises, except at an
+    episode's end: no action is chosen from a final observation, whose mask is then all legal."""
+
+    def __init__(self, env: gym.Env, info_key: str):
+        super().__init__(env)
+        self.info_key = info_key
+        self.width = describe_action_space(env.action_space).size
+        mask_space = gym.spaces.Box(0, 1, (self.width,), np.int8)
+        inner = env.observation_space
+        if isinstance(inner, gym.spaces.Dict):
+            if ACTION_MASK_KEY in inner.spaces:
+                raise ValueError(
+                    f"env.action_mask_info_key: the observation already holds '{ACTION_MASK_KEY}', where the mask "
+                    f"from info['{info_key}'] would go; use one of them (env.action_mask_info_key=null reads the "
+                    f"observation's)"
+                )
+            self.observation_space = gym.spaces.Dict({**inner.spaces, ACTION_MASK_KEY: mask_space})
+        else:
+            self.observation_space = gym.spaces.Dict({INNER_OBSERVATION_KEY: inner, ACTION_MASK_KEY: mask_space})
+        self._dict = isinstance(inner, gym.spaces.Dict)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._with_mask(obs, info, "the reset", ended=False), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_mask(obs, info, "a step", ended=terminated or truncated), reward, terminated, truncated, info
+
+    def _with_mask(self, obs, info, where: str, ended: bool) -> dict:
+        mask = info.get(self.info_key) if isinstance(info, Mapping) else None
+        if mask is None:
+            if not ended:
+                keys = ", ".join(map(str, info)) if isinstance(info, Mapping) and info else "none"
+                raise ValueError(
+                    f"env.action_mask_info_key: the info of {where} has no '{self.info_key}' (its keys: {keys})"
+                )
+            legal = np.ones(self.width, np.int8)
+        else:
+            parts = mask if isinstance(mask, (tuple, list)) and len(mask) and np.ndim(mask[0]) else [mask]
+            legal = np.concatenate([np.asarray(part).reshape(-1) for part in parts]).astype(np.int8)
+            if legal.size != self.width:
+                raise ValueError(
+                    f"env.action_mask_info_key: info['{self.info_key}'] of {where} has {legal.size} values, but the "
+                    f"action space has {self.width} choices (a mask needs one 0/1 value per choice)"
+                )
+        if self._dict:
+            return {**obs, ACTION_MASK_KEY: legal}
+        return {INNER_OBSERVATION_KEY: obs, ACTION_MASK_KEY: legal}
