@@ -26,7 +26,8 @@ torch, Gymnasium and numpy) through a .pth file:
     python3 -m venv benchmarks/.venv-sb3
     .venv/bin/python -c "import site; print(site.getsitepackages()[0])" \\
         > benchmarks/.venv-sb3/lib/python3.11/site-packages/rlpar-main-venv.pth
-    benchmarks/.venv-sb3/bin/pip install pandas && benchmarks/.venv-sb3/bin/pip install --no-deps stable-baselines3==2.9.2
+    benchmarks/.venv-sb3/bin/pip install pandas && benchmarks/.venv-sb3/bin/pip install --no-deps stable-baselines3==2.9.2 \
+        sb3-contrib==2.9.2   # MaskablePPO: compare_maskable_ppo.py
     .venv/bin/pip install box2d==2.3.10 pygame-ce==2.5.8 mujoco==3.14.0 imageio==2.38.1   # defaults: Box2D, MuJoCo
 
 Then, from the repository root (figures and the commands that made them: docs/benchmarks.md):
