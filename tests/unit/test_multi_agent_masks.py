@@ -16,6 +16,7 @@ from rlpar.models.action_masks import MASKED_LOGIT
 from rlpar.models.multi_agent import MultiAgentSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import build_trainer
+from rlpar.runtime.evaluation import evaluate_policy
 from tests.multi_agent_envs import MaskedPickers
 
 PICKERS = EnvSpec(kind="pettingzoo", entry_point="tests.multi_agent_envs:masked_pickers")
@@ -86,7 +87,8 @@ def test_every_agents_acting_copy_takes_no_masked_action(global_state):
     ("algo=ippo", "parallel=local"),
     ("algo=mappo", "parallel=local", "env.global_state=observations"),
     ("algo=mappo", "parallel=multiprocess", "workers=2", "env.global_state=observations"),
-], ids=["ippo", "mappo", "mappo-workers"])
+    ("algo=ippo", "parallel=multiprocess", "workers=2", "parallel.inference=central", "parallel.sync_mode=blocking"),
+], ids=["ippo", "mappo", "mappo-workers", "ippo-central-inference"])
 def test_ippo_and_mappo_train_without_masked_actions(make_cfg, tmp_path, overrides):
     """Environments in worker processes count masked actions in a file (`record`); the same run
     reading the mask as an observation (action_mask_key=null) takes them."""
@@ -107,6 +109,16 @@ def test_ippo_and_mappo_train_without_masked_actions(make_cfg, tmp_path, overrid
     assert np.isfinite(last["scout/loss_entropy"]) and last["scout/nonfinite_updates"] == 0
     assert masked == 0
     assert masked_in_training("model.action_mask_key=null")[0] > 20
+
+
+@pytest.mark.parametrize("stochastic", [False, True], ids=["deterministic", "stochastic"])
+def test_evaluation_of_a_multi_agent_policy_takes_no_masked_action(stochastic):
+    spec = pickers_spec("observations")
+    before, steps = MaskedPickers.masked_taken, MaskedPickers.steps_taken
+    evaluate_policy(weights_of(spec.build()), policy_spec=spec, env_spec=replace(PICKERS, global_state="observations"),
+                    num_episodes=10, seed=3, stochastic=stochastic)
+    assert MaskedPickers.steps_taken - steps == 10 * 10 * 3  # every agent acted every step of every episode
+    assert MaskedPickers.masked_taken == before
 
 
 def test_validation_probes_agents_with_legal_actions_and_refuses_a_mask_of_the_wrong_width(make_cfg):
