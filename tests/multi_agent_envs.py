@@ -223,3 +223,28 @@ class MaskedPickersWideMask(MaskedPickers):
     @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
         return spaces.Discrete(self.choices(agent) - (1 if agent.startswith("scout") else 0))
+
+
+class InfoMaskedPickers(MaskedPickers):
+    """MaskedPickers giving each agent's mask in its info (`infos[agent]["action_mask"]`, as some
+    PettingZoo environments do) and observing only its pointer (env.action_mask_info_key)."""
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return super().observation_space(agent)["obs"]
+
+    def _split(self, observations: dict) -> tuple[dict, dict]:
+        return ({a: obs["obs"] for a, obs in observations.items()},
+                {a: {"action_mask": obs["action_mask"]} for a, obs in observations.items()})
+
+    def reset(self, seed=None, options=None):
+        return self._split(super().reset(seed=seed, options=options)[0])
+
+    def step(self, actions):
+        observations, rewards, terminated, truncated, _ = super().step(actions)
+        observations, infos = self._split(observations)
+        return observations, rewards, terminated, truncated, infos
+
+
+def info_masked_pickers(**kwargs) -> InfoMaskedPickers:
+    return InfoMaskedPickers(**kwargs)

@@ -328,6 +328,12 @@ def _check_env(c: ConfigView, check_env: bool):
         **env_cfg, centralised_critic=bool(c.algorithm.get("centralised_critic")), skip_turn_based=True
     )
     if turn_based:
+        if spec.action_mask_info_key:
+            c.problems.append(
+                "env.action_mask_info_key: a turn-based game's moves are masked by its seats' observations "
+                "(`action_mask`, as in PettingZoo's classic games), not by infos; use env.action_mask_info_key=null"
+            )
+            return None
         spec = turn_based_spec(spec)
     problem = check_env_exists(spec)
     if problem:

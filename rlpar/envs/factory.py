@@ -291,11 +291,6 @@ def check_env_exists(spec: EnvSpec) -> str | None:
     if spec.kind == "pettingzoo":
         if spec.wrappers:
             return "env.wrappers: Gymnasium wrappers are for single-agent environments; env=pettingzoo takes none"
-        if spec.action_mask_info_key:
-            return (
-                "env.action_mask_info_key: masks in info are read from single-agent Gymnasium environments; "
-                "a PettingZoo agent's mask goes in its Dict observation under 'action_mask'"
-            )
         return None  # its module or function is imported by the probe, which names what fails
     if problem := env_imports_problem(spec):
         return problem
@@ -447,8 +442,9 @@ def _restart_limits(spec: EnvSpec) -> dict:
 
 
 def make_parallel_env(spec: EnvSpec):
-    """One PettingZoo Parallel API environment of an `env=pettingzoo` spec."""
-    from rlpar.envs.pettingzoo import as_parallel_env, module_env_factory
+    """One PettingZoo Parallel API environment of an `env=pettingzoo` spec, its agents' masks moved
+    from their infos into their observations with `env.action_mask_info_key`."""
+    from rlpar.envs.pettingzoo import AgentMasksFromInfo, as_parallel_env, module_env_factory
 
     try:
         import pettingzoo  # noqa: F401
@@ -461,7 +457,8 @@ def make_parallel_env(spec: EnvSpec):
     else:
         assert spec.id is not None  # a spec names an entry point or an id
         make = module_env_factory(spec.id)
-    return as_parallel_env(make(**spec.kwargs))
+    env = as_parallel_env(make(**spec.kwargs))
+    return AgentMasksFromInfo(env, spec.action_mask_info_key) if spec.action_mask_info_key else env
 
 
 def multi_agent_vector_env(spec: EnvSpec, num_columns: int | None = None):

@@ -48,6 +48,7 @@ from rlpar.envs.spaces import (
     is_image_space,
     observation_dim,
 )
+from rlpar.envs.wrapping import with_mask, with_mask_space
 from rlpar.errors import EnvironmentFailedError
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
@@ -79,6 +80,65 @@ def as_parallel_env(env):
     ):
         raise TypeError(f"{type(env).__name__} is not a PettingZoo ParallelEnv or AECEnv")
     return env
+
+
+class AgentMasksFromInfo:
+    """A PettingZoo Parallel API environment whose agents' action masks arrive in their infos
+    (`infos[agent][info_key]`), seen as one whose agents' Dict observations hold them under
+    `action_mask`, as rlpar.envs.wrapping.ActionMaskFromInfo does for a Gymnasium environment (the
+    same layout, and the same rules for a missing or wrong-sized mask). The state, spaces of
+    actions, agents and rendering are the environment's."""
+
+    def __init__(self, env, info_key: str):
+        self.env, self.info_key = env, info_key
+        self.possible_agents = list(env.possible_agents)
+        self.metadata = getattr(env, "metadata", {})
+        self._widths = {a: describe_action_space(env.action_space(a)).size for a in self.possible_agents}
+        self._spaces = {a: with_mask_space(env.observation_space(a), self._widths[a], info_key) for a in self._widths}
+
+    @property
+    def agents(self):
+        return self.env.agents
+
+    @property
+    def render_mode(self):
+        return getattr(self.env, "render_mode", None)
+
+    def observation_space(self, agent):
+        return self._spaces[agent]
+
+    def action_space(self, agent):
+        return self.env.action_space(agent)
+
+    def _with_masks(self, observations: dict, infos: dict, where: str, ended=None) -> dict:
+        masked = {}
+        for agent, obs in observations.items():
+            whose = f"{where} (agent {agent})"
+            final = ended is not None and ended(agent)
+            masked[agent] = with_mask(obs, infos.get(agent, {}), self.info_key, self._widths[agent], whose, final)
+        return masked
+
+    def reset(self, seed=None, options=None):
+        observations, infos = self.env.reset(seed=seed, options=options)
+        return self._with_masks(observations, infos, "the reset"), infos
+
+    def step(self, actions):
+        observations, rewards, terminated, truncated, infos = self.env.step(actions)
+        ended = lambda agent: bool(terminated.get(agent, False) or truncated.get(agent, False))  # noqa: E731
+        return self._with_masks(observations, infos, "a step", ended), rewards, terminated, truncated, infos
+
+    def state(self):
+        return self.env.state()
+
+    @property
+    def state_space(self):
+        return getattr(self.env, "state_space", None)
+
+    def render(self):
+        return self.env.render()
+
+    def close(self):
+        self.env.close()
 
 
 def policy_groups(agents: tuple[str, ...], mapping, same_spaces) -> tuple[tuple[str, ...], tuple[int, ...]]:

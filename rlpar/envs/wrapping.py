@@ -99,60 +99,65 @@ def unsupported_space_hint(env: gym.Env) -> str:
     )
 
 
+def with_mask_space(inner: gym.Space, width: int, info_key: str) -> gym.spaces.Dict:
+    """The observation space `inner` with a mask of `width` actions under ACTION_MASK_KEY: a Dict
+    gains the key, any other space becomes the Dict's INNER_OBSERVATION_KEY."""
+    mask_space = gym.spaces.Box(0, 1, (width,), np.int8)
+    if not isinstance(inner, gym.spaces.Dict):
+        return gym.spaces.Dict({INNER_OBSERVATION_KEY: inner, ACTION_MASK_KEY: mask_space})
+    if ACTION_MASK_KEY in inner.spaces:
+        raise ValueError(
+            f"env.action_mask_info_key: the observation already holds '{ACTION_MASK_KEY}', where the mask "
+            f"from info['{info_key}'] would go; use one of them (env.action_mask_info_key=null reads the "
+            f"observation's)"
+        )
+    return gym.spaces.Dict({**inner.spaces, ACTION_MASK_KEY: mask_space})
+
+
+def with_mask(obs, info, info_key: str, width: int, where: str, ended: bool) -> dict:
+    """Observation `obs` with the mask `info[info_key]` beside it (as `with_mask_space` lays it
+    out). A mask is a value per action (a MultiDiscrete action's factors in turn; a tuple of
+    per-factor masks, Gymnasium's `MultiDiscrete.sample(mask=...)` form, is joined). An info
+    without it raises, except at an episode's end: no action is chosen from a final observation,
+    whose mask is then all legal."""
+    mask = info.get(info_key) if isinstance(info, Mapping) else None
+    if mask is None:
+        if not ended:
+            keys = ", ".join(map(str, info)) if isinstance(info, Mapping) and info else "none"
+            raise ValueError(f"env.action_mask_info_key: the info of {where} has no '{info_key}' (its keys: {keys})")
+        legal = np.ones(width, np.int8)
+    else:
+        parts = mask if isinstance(mask, (tuple, list)) and len(mask) and np.ndim(mask[0]) else [mask]
+        legal = np.concatenate([np.asarray(part).reshape(-1) for part in parts]).astype(np.int8)
+        if legal.size != width:
+            raise ValueError(
+                f"env.action_mask_info_key: info['{info_key}'] of {where} has {legal.size} values, but the "
+                f"action space has {width} choices (a mask needs one 0/1 value per choice)"
+            )
+    if isinstance(obs, Mapping):
+        return {**obs, ACTION_MASK_KEY: legal}
+    return {INNER_OBSERVATION_KEY: obs, ACTION_MASK_KEY: legal}
+
+
 class ActionMaskFromInfo(gym.Wrapper):
     """An environment that gives its 0/1 mask of the legal actions in `info[info_key]` (at reset
     and at every step, as some Gymnasium environments do), seen as one whose Dict observation
     holds it under ACTION_MASK_KEY, where every algorithm finds it (rlpar.models.action_masks):
-    a Dict observation gains the key, any other becomes `{"obs": observation, "action_mask": mask}`.
-    Each observation takes the mask of the info that comes with it (an episode's final observation
-    the final step's), so samplers, batches and replay carry it unchanged. A mask is a column per
-    action (a MultiDiscrete action's factors in turn; a tuple of per-factor masks, Gymnasium's
-    `MultiDiscrete.sample(mask=...)` form, is joined). An info without it raises, except at an
-    episode's end: no action is chosen from a final observation, whose mask is then all legal."""
+    `with_mask_space` and `with_mask`. Each observation takes the mask of the info that comes with
+    it (an episode's final observation the final step's), so samplers, batches and replay carry it
+    unchanged."""
 
     def __init__(self, env: gym.Env, info_key: str):
         super().__init__(env)
         self.info_key = info_key
         self.width = describe_action_space(env.action_space).size
-        mask_space = gym.spaces.Box(0, 1, (self.width,), np.int8)
-        inner = env.observation_space
-        if isinstance(inner, gym.spaces.Dict):
-            if ACTION_MASK_KEY in inner.spaces:
-                raise ValueError(
-                    f"env.action_mask_info_key: the observation already holds '{ACTION_MASK_KEY}', where the mask "
-                    f"from info['{info_key}'] would go; use one of them (env.action_mask_info_key=null reads the "
-                    f"observation's)"
-                )
-            self.observation_space = gym.spaces.Dict({**inner.spaces, ACTION_MASK_KEY: mask_space})
-        else:
-            self.observation_space = gym.spaces.Dict({INNER_OBSERVATION_KEY: inner, ACTION_MASK_KEY: mask_space})
-        self._dict = isinstance(inner, gym.spaces.Dict)
+        self.observation_space = with_mask_space(env.observation_space, self.width, info_key)
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return self._with_mask(obs, info, "the reset", ended=False), info
+        return with_mask(obs, info, self.info_key, self.width, "the reset", ended=False), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._with_mask(obs, info, "a step", ended=terminated or truncated), reward, terminated, truncated, info
-
-    def _with_mask(self, obs, info, where: str, ended: bool) -> dict:
-        mask = info.get(self.info_key) if isinstance(info, Mapping) else None
-        if mask is None:
-            if not ended:
-                keys = ", ".join(map(str, info)) if isinstance(info, Mapping) and info else "none"
-                raise ValueError(
-                    f"env.action_mask_info_key: the info of {where} has no '{self.info_key}' (its keys: {keys})"
-                )
-            legal = np.ones(self.width, np.int8)
-        else:
-            parts = mask if isinstance(mask, (tuple, list)) and len(mask) and np.ndim(mask[0]) else [mask]
-            legal = np.concatenate([np.asarray(part).reshape(-1) for part in parts]).astype(np.int8)
-            if legal.size != self.width:
-                raise ValueError(
-                    f"env.action_mask_info_key: info['{self.info_key}'] of {where} has {legal.size} values, but the "
-                    f"action space has {self.width} choices (a mask needs one 0/1 value per choice)"
-                )
-        if self._dict:
-            return {**obs, ACTION_MASK_KEY: legal}
-        return {INNER_OBSERVATION_KEY: obs, ACTION_MASK_KEY: legal}
+        ended = terminated or truncated
+        return with_mask(obs, info, self.info_key, self.width, "a step", ended), reward, terminated, truncated, info

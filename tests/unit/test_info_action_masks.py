@@ -97,8 +97,38 @@ def test_a_mask_key_that_cannot_work_is_refused_in_one_line(make_cfg, overrides,
     assert len(problems) == 1 and words in problems[0] and "\n" not in problems[0], err.value.problems
 
 
-def test_a_multi_agent_environment_is_refused_an_info_key(make_cfg):
+@pytest.mark.parametrize("algo", ["ippo", "mappo"])
+def test_pettingzoo_agents_masks_in_their_infos_are_applied(make_cfg, tmp_path, algo):
+    """Each agent's `infos[agent]["action_mask"]` moves into its observation (AgentMasksFromInfo):
+    no masked action in training, where without env.action_mask_info_key the same run takes them."""
+
+    def masked_in_training(*extra) -> int:
+        record = tmp_path / f"masked{len(extra)}.txt"
+        cfg = make_cfg("env=pettingzoo", f"algo={algo}", "env.entry_point=tests.multi_agent_envs:info_masked_pickers",
+                       "env.action_mask_info_key=action_mask", *extra, f"+env.kwargs.record={record}",
+                       "env.global_state=observations", "model.hidden_sizes=[16]", "algo.rollout_length=20",
+                       "envs_per_worker=2", "checkpoint.every=0", run_dir=tmp_path / "run")
+        trainer = build_trainer(cfg)
+        try:
+            rows = [trainer.train() for _ in range(3)]
+        finally:
+            trainer.close()
+        assert rows[-1]["agent_steps"] >= 3 * 20 * 2
+        return record.read_text().count("\n") if record.exists() else 0
+
+    assert masked_in_training() == 0
+    assert masked_in_training("env.action_mask_info_key=null") > 20
+
+
+def test_pettingzoo_validation_probes_legal_actions_from_infos_and_refuses_it_for_turn_based_games(make_cfg):
+    from tests.multi_agent_envs import InfoMaskedPickers
+
+    before, steps = InfoMaskedPickers.masked_taken, InfoMaskedPickers.steps_taken
+    validate_config(make_cfg("env=pettingzoo", "algo=mappo", "env.entry_point=tests.multi_agent_envs:info_masked_pickers",
+                             "env.action_mask_info_key=action_mask"))
+    assert InfoMaskedPickers.steps_taken - steps >= 15 and InfoMaskedPickers.masked_taken == before
     with pytest.raises(ConfigError) as err:
-        validate_config(make_cfg("env=pettingzoo", "algo=ippo", "env.entry_point=tests.multi_agent_envs:masked_pickers",
-                                 "+env.action_mask_info_key=action_mask"))
-    assert any("env.action_mask_info_key: masks in info are read from single-agent" in p for p in err.value.problems)
+        validate_config(make_cfg("env=pettingzoo", "algo=ppo", "env.id=pettingzoo.classic.tictactoe_v3",
+                                 "env.action_mask_info_key=action_mask"))
+    problems = [p for p in err.value.problems if "action_mask_info_key" in p]
+    assert len(problems) == 1 and "a turn-based game's moves are masked by its seats' observations" in problems[0]
