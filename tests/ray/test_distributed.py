@@ -386,3 +386,25 @@ def test_ray_actors_on_both_nodes_take_no_masked_action(cluster, make_cfg, tmp_p
         trainer.close()
     assert rows[-1]["num_nodes"] == 2 and rows[-1]["env_steps"] >= 256
     assert not record.exists(), record.read_text().count("\n")
+
+
+@pytest.mark.parametrize("env", [
+    ("env.entry_point=tests.multi_agent_envs:masked_pickers",),
+    ("env.entry_point=tests.multi_agent_envs:info_masked_pickers", "env.action_mask_info_key=action_mask"),
+], ids=["observation", "info"])
+def test_mappo_agents_on_ray_actors_take_no_masked_action(cluster, make_cfg, tmp_path, env):
+    """PettingZoo agents' masks (in their observations, or moved there from their infos) on Ray
+    actors: every masked action an environment is sent is a line in `record`, which must stay absent."""
+    from rlpar.runtime.build import build_trainer
+
+    record = tmp_path / "masked.txt"
+    cfg = make_cfg("env=pettingzoo", "algo=mappo", *env, f"+env.kwargs.record={record}", "env.global_state=observations",
+                   "parallel=distributed", "workers=2", "envs_per_worker=1", "algo.rollout_length=20",
+                   "model.hidden_sizes=[16]", "checkpoint.every=0", run_dir=tmp_path / "run")
+    trainer = build_trainer(cfg)  # no validation probe: its random steps would be counted
+    try:
+        rows = [trainer.train() for _ in range(3)]
+    finally:
+        trainer.close()
+    assert rows[-1]["num_nodes"] == 2 and rows[-1]["agent_steps"] == 3 * 20 * 2
+    assert not record.exists(), record.read_text().count("\n")
