@@ -46,6 +46,7 @@ def test_a_dict_observation_gains_the_key_and_per_factor_masks_are_joined():
     np.testing.assert_array_equal(obs["action_mask"], np.concatenate(info["action_mask"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [
     ("algo=ppo", "parallel=local"),
     ("algo=dqn", "parallel=multiprocess", "workers=2", "algo.learning_starts=64", "algo.batch_size=16"),
@@ -71,6 +72,7 @@ def test_training_takes_no_masked_action_with_the_mask_in_info(make_cfg, tmp_pat
     assert masked_in_training("env.action_mask_info_key=null") > 5  # the count counts
 
 
+@pytest.mark.slow
 def test_validation_probes_with_legal_actions_from_info(make_cfg):
     before, steps = InfoMaskedChoices.masked_taken, InfoMaskedChoices.steps_taken
     validate_config(make_cfg("algo=ppo", *INFO_ENV))
@@ -97,6 +99,7 @@ def test_a_mask_key_that_cannot_work_is_refused_in_one_line(make_cfg, overrides,
     assert len(problems) == 1 and words in problems[0] and "\n" not in problems[0], err.value.problems
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ippo", "mappo"])
 def test_pettingzoo_agents_masks_in_their_infos_are_applied(make_cfg, tmp_path, algo):
     """Each agent's `infos[agent]["action_mask"]` moves into its observation (AgentMasksFromInfo):
@@ -120,6 +123,7 @@ def test_pettingzoo_agents_masks_in_their_infos_are_applied(make_cfg, tmp_path, 
     assert masked_in_training("env.action_mask_info_key=null") > 20
 
 
+@pytest.mark.slow
 def test_pettingzoo_validation_probes_legal_actions_from_infos_and_refuses_it_for_turn_based_games(make_cfg):
     from tests.multi_agent_envs import InfoMaskedPickers
 

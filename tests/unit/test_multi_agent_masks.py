@@ -83,6 +83,7 @@ def test_every_agents_acting_copy_takes_no_masked_action(global_state):
     assert count_masked(unmasked, global_state, steps=50) > 20  # the count counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [
     ("algo=ippo", "parallel=local"),
     ("algo=mappo", "parallel=local", "env.global_state=observations"),
@@ -121,6 +122,7 @@ def test_evaluation_of_a_multi_agent_policy_takes_no_masked_action(stochastic):
     assert MaskedPickers.masked_taken == before
 
 
+@pytest.mark.slow
 def test_validation_probes_agents_with_legal_actions_and_refuses_a_mask_of_the_wrong_width(make_cfg):
     before = MaskedPickers.masked_taken, MaskedPickers.steps_taken
     validate_config(make_cfg(*MASKED_ENV, "algo=mappo"))
