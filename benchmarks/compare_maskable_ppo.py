@@ -50,8 +50,9 @@ PPO = dict(n_envs=8, n_steps=128, batch_size=64, n_epochs=10, learning_rate=3e-4
 RLPAR_PPO = ["algo=ppo", f"env.entry_point={ENTRY_POINT}", "parallel=local", "workers=1", "envs_per_worker=8",
              "algo.rollout_length=128", "algo.minibatch_size=64", "algo.epochs=10", "algo.lr=3e-4", "algo.gamma=0.99",
              "algo.gae_lambda=0.95", "algo.clip=0.2", "algo.entropy_coef=0.0", "algo.value_coef=1.0",
-             "algo.max_grad_norm=0.5", "algo.normalize_rewards=false", "algo.compile=false", "model.hidden_sizes=[64,64]",
-             "model.activation=tanh", "model.normalize_obs=false", "checkpoint.every=0", "progress=false"]
+             "algo.max_grad_norm=0.5", "algo.normalize_rewards=false", "algo.compile=false",
+             "model.hidden_sizes=[64,64]", "model.activation=tanh", "model.normalize_obs=false", "checkpoint.every=0",
+             "progress=false"]
 
 
 def run_sb3_contrib(seed: int, budget: int, threshold: float) -> dict:
@@ -66,8 +67,10 @@ def run_sb3_contrib(seed: int, budget: int, threshold: float) -> dict:
 
     torch.set_num_threads(1)
 
+    record = Path(tempfile.mkdtemp()) / "masked.txt"
+
     def make():
-        env = gym.wrappers.TransformObservation(MaskedChoices(), lambda obs: obs["obs"],
+        env = gym.wrappers.TransformObservation(MaskedChoices(record=str(record)), lambda obs: obs["obs"],
                                                 MaskedChoices().observation_space["obs"])
         return ActionMasker(env, lambda env: env.unwrapped.mask.astype(bool))
 
@@ -79,23 +82,30 @@ def run_sb3_contrib(seed: int, budget: int, threshold: float) -> dict:
             self.watch = Watch(threshold)
 
         def _on_step(self):
-            self.watch.episodes_done([i["episode"]["r"] for i in self.locals["infos"] if "episode" in i], self.num_timesteps)
+            returns = [info["episode"]["r"] for info in self.locals["infos"] if "episode" in info]
+            self.watch.episodes_done(returns, self.num_timesteps)
             return True
 
     model = MaskablePPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **params)
     callback = Callback()
     model.learn(total_timesteps=budget, callback=callback)
-    return {**callback.watch.result(model.num_timesteps, callback.watch.mean()),
-            "masked_taken": MaskedChoices.masked_taken}
+    return {**callback.watch.result(model.num_timesteps, callback.watch.mean()), "masked_taken": masked_taken(record)}
+
+
+def masked_taken(record: Path) -> int:
+    """Masked actions the environments were sent: a line each in `record` (tests/masked_envs.py),
+    wherever they ran."""
+    return record.read_text().count("\n") if record.exists() else 0
 
 
 def run_rlpar(seed: int, budget: int, threshold: float, overrides: list[str]) -> dict:
     from rlpar.config.compose import compose_config
     from rlpar.runtime.build import build_trainer
-    from tests.masked_envs import MaskedChoices
 
     with tempfile.TemporaryDirectory() as run_dir:
-        config = compose_config([*RLPAR_PPO, f"seed={seed}", f"total_steps={budget}", *overrides], run_dir=run_dir)
+        record = Path(run_dir) / "masked.txt"
+        config = compose_config([*RLPAR_PPO, f"+env.kwargs.record={record}", f"seed={seed}", f"total_steps={budget}",
+                                 *overrides], run_dir=str(Path(run_dir) / "run"))
         trainer = build_trainer(config)  # no validation probe: its random steps are not training's
         watch, metrics = Watch(threshold), {}
         try:
@@ -104,7 +114,8 @@ def run_rlpar(seed: int, budget: int, threshold: float, overrides: list[str]) ->
                 watch.seen(metrics["episode_return_mean"], metrics["env_steps"], metrics.get("episodes"))
         finally:
             trainer.close()
-    return {**watch.result(metrics["env_steps"], metrics["episode_return_mean"]), "masked_taken": MaskedChoices.masked_taken}
+        result = watch.result(metrics["env_steps"], metrics["episode_return_mean"])
+        return {**result, "masked_taken": masked_taken(record)}
 
 
 def measure(args, side: str, seed: int) -> dict:
@@ -122,18 +133,22 @@ def measure(args, side: str, seed: int) -> dict:
             "rlpar_overrides": args.rlpar_overrides if side == "rlpar" else [], **r}
 
 
+def label(r: dict) -> str:
+    return r["side"] + (f" {' '.join(r['rlpar_overrides'])}" if r.get("rlpar_overrides") else "")
+
+
 def tables(rows: list[dict]) -> str:
     done = [r for r in rows if "error" not in r]
     per_run = markdown_table(
         ["side", "seed", "load at start", "env steps", "train s (CPU s)", "env steps/s", "final return (last 20 ep.)",
          "steps to threshold", "s to threshold", "masked actions taken"],
-        [[r["side"] + (f" {' '.join(r['rlpar_overrides'])}" if r.get("rlpar_overrides") else ""), r["seed"],
+        [[label(r), r["seed"],
           f"{r['load']:.2f}", f"{r['env_steps']:,}", f"{r['train_s']:.1f} ({fmt(r.get('train_cpu_s'), '.1f')})",
           f"{r['fps']:,.0f}", fmt(r["final_return"], ".2f"), fmt(r.get("steps_to_threshold"), ",", "not reached"),
           fmt(r.get("s_to_threshold"), ".1f"), r["masked_taken"]] for r in done])
     summary = []
-    for side in dict.fromkeys(r["side"] for r in done):
-        mine = [r for r in done if r["side"] == side]
+    for side in dict.fromkeys(map(label, done)):
+        mine = [r for r in done if label(r) == side]
         reached = [r["s_to_threshold"] for r in mine if r.get("s_to_threshold") is not None]
         summary.append([side, len(mine), f"{statistics.median(r['fps'] for r in mine):,.0f}",
                         f"{statistics.mean(r['final_return'] for r in mine):.2f}",
@@ -166,7 +181,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--budget", type=int, default=100_000, help="env steps of every run")
-    parser.add_argument("--threshold", type=float, default=18.0, help="mean return of the last 20 episodes (20: perfect)")
+    parser.add_argument("--threshold", type=float, default=18.0,
+                        help="mean return of the last 20 episodes (20: perfect)")
     parser.add_argument("--rlpar-overrides", nargs="*", default=[], help="more main.py overrides for the rlpar side")
     parser.add_argument("--results", default="/tmp/compare_maskable_ppo/results.jsonl", help="JSON lines, appended to")
     parser.add_argument("--table-only", action="store_true")
