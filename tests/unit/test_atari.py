@@ -219,12 +219,13 @@ def test_impala_atari_preset_takes_32_trajectories_of_20_steps(make_cfg):
 @pytest.mark.parametrize("workers", [1, 4, 16])
 def test_appo_atari_preset_learns_cleanrls_batch_in_cleanrls_passes(make_cfg, workers):
     """PPO's Atari batch (8 environments x 128 steps) an update, whatever the workers, trained on
-    in 4 passes of minibatches of 256."""
+    in 4 passes of minibatches of 256, at a constant rate, on 64x64 frames."""
     cfg = make_cfg("env=atari", "algo=appo", "parallel=distributed", f"workers={workers}")
     algo = cfg.algo
     assert algo.batches_per_update * cfg.envs_per_worker * algo.rollout_length == 1024
     assert (algo.rollout_length, algo.minibatch_size, algo.reuse_per_batch, algo.clip) == (128, 256, 4, 0.1)
-    assert (algo.lr, algo.anneal_lr, algo.reward_clip, algo.normalize_rewards) == (2.5e-4, True, 1.0, False)
+    assert (algo.lr, algo.anneal_lr, algo.reward_clip, algo.normalize_rewards) == (2.5e-4, False, 1.0, False)
+    assert (cfg.env.atari.screen_size, cfg.env.kwargs.repeat_action_probability) == (64, 0.0)
 
 
 def test_the_run_names_the_namespace_preset(make_cfg):
