@@ -29,6 +29,7 @@ from rlpar.learning.peers import ALONE, Alone
 from rlpar.sampling.batch import Batch, nonfinite_inputs, raw_obs_moments
 from rlpar.sampling.errors import NonFiniteObservationError
 from rlpar.sampling.rollout import RolloutWorker
+from rlpar.selfplay.pool import OpponentPool
 from rlpar.typed_config import choice, flag, integer, number, text
 
 
@@ -241,6 +242,9 @@ class Algorithm(ABC):
         self.reward_scale = config.reward_scale
         self.reward_clip = config.reward_clip
         self.reward_normalizer = RewardNormalizer(gamma=config.gamma, enabled=config.normalize_rewards is True)
+        # a turn-based game's opponent pool (env.opponent=pool, rlpar.selfplay.pool), set by the
+        # build: it rides to the workers with the weights, and takes in the games that come back
+        self.opponent_pool: OpponentPool | None = None
 
     def __getattr__(self, name: str):
         """What the algorithm's learner holds (its optimiser, gradient steps, `learn`), read
@@ -268,6 +272,8 @@ class Algorithm(ABC):
         environments returned NaN or infinities, and its timings."""
         start = time.perf_counter()
         weights = self.get_weights()
+        if self.opponent_pool is not None:
+            weights = self.opponent_pool.riding_with(weights, self.version, self.policy_weights)
         fetched = time.perf_counter()
         batches: list[Batch] = []
         metrics: dict = {}
@@ -280,6 +286,8 @@ class Algorithm(ABC):
         if problem:
             raise NonFiniteObservationError(f"{problem}; check the environment")
         metrics["time_weight_sync_s"] = metrics.get("time_weight_sync_s", 0.0) + fetched - start
+        if self.opponent_pool is not None:
+            metrics.update(self.opponent_pool.take_in(batch.game_results))
         # Share of the contributing workers' time spent waiting for a request, not stepping.
         active = batch.actor_idle_s + batch.actor_busy_s
         metrics["actor_idle_fraction"] = batch.actor_idle_s / active if active > 0 else 0.0

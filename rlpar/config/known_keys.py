@@ -18,7 +18,7 @@ import yaml
 
 from rlpar.config.conf_dir import CONF_DIR
 from rlpar.errors import first_line
-from rlpar.typed_config import accepted_keys, capabilities
+from rlpar.typed_config import accepted_keys, capabilities, declared_keys
 
 # Arguments rlpar's builder passes itself: set in a config, they would clash with it.
 SUPPLIED_BY_BUILD = {
@@ -108,6 +108,10 @@ def allowed_keys(path: str, node: dict) -> tuple[frozenset[str], str] | None:
         from rlpar.envs.factory import EnvSpec
 
         return frozenset(f.name for f in fields(EnvSpec)), "env"
+    if path == "env.opponent_pool":
+        from rlpar.selfplay.pool import OpponentPoolConfig
+
+        return declared_keys(OpponentPoolConfig), "env.opponent=pool (rlpar.selfplay.pool)"
     if path in ("hardware", "ray"):
         return _group_file_keys("hardware", path), path
     target = node.get("_target_")

@@ -250,14 +250,19 @@ def _check_component(c: ConfigView, path: str) -> None:
         return
     declared = config_class(component)
     if declared is not None:
-        node = OmegaConf.select(c.cfg, path, default=None, throw_on_missing=False)
-        given = set(node.keys()) if isinstance(node, DictConfig) else set()
-        for name, check in checks(declared).items():
-            if name in given:
-                c.checked(f"{path}.{name}", check)
+        _check_fields(c, path, declared)
         if declared is not component:
             c.ask(declared)
     c.ask(component)
+
+
+def _check_fields(c: ConfigView, path: str, declared: type) -> None:
+    """The keys given at `path` against the fields of typed config `declared`: type and range."""
+    node = OmegaConf.select(c.cfg, path, default=None, throw_on_missing=False)
+    given = set(node.keys()) if isinstance(node, DictConfig) else set()
+    for name, check in checks(declared).items():
+        if name in given:
+            c.checked(f"{path}.{name}", check)
 
 
 def _algo_keys(c: ConfigView) -> frozenset[str]:
@@ -277,6 +282,8 @@ def _check_env(c: ConfigView, check_env: bool):
         turn_based_spec,
     )
     from rlpar.envs.pettingzoo import OPPONENTS
+    from rlpar.selfplay.pool import NODE as POOL_NODE
+    from rlpar.selfplay.pool import OpponentPoolConfig
 
     pettingzoo = c.get("env.kind") == "pettingzoo"
     if "kind" in (c.get("env") or {}):
@@ -285,6 +292,9 @@ def _check_env(c: ConfigView, check_env: bool):
         c.choice("env.agent_id", (True, False))
         if "opponent" in (c.get("env") or {}):
             c.choice("env.opponent", OPPONENTS)
+        if c.get("env.opponent") == "pool":  # the pool's own keys, as the pool declares them
+            _check_fields(c, POOL_NODE, OpponentPoolConfig)
+            c.ask(OpponentPoolConfig)
     else:
         c.choice("env.vectorization", VECTORIZATION_MODES)
         c.choice("env.api", API_MODES)

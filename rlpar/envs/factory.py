@@ -53,8 +53,10 @@ class EnvSpec:
     policies: Any = "auto"
     agent_id: bool = False
     global_state: str | None = None
-    # A turn-based PettingZoo game (rlpar.envs.pettingzoo.TurnBasedGame): who plays the other seats.
-    opponent: str = "self"
+    # A turn-based PettingZoo game (rlpar.envs.pettingzoo.TurnBasedGame): who plays the other seats,
+    # and with `pool` the pool's keys (rlpar.selfplay.pool.OpponentPoolConfig; the trainer holds the pool).
+    opponent: str = "pool"
+    opponent_pool: dict[str, Any] = field(default_factory=dict)
     # Modules imported before the environment is built, in every process that builds it: packages
     # that register their ids on import (rlpar/envs/registration.py finds the usual ones itself).
     imports: tuple[str, ...] = ()
@@ -75,6 +77,7 @@ def resolve_env_spec(*, centralised_critic: bool = False, skip_turn_based: bool 
     if not centralised_critic:
         spec["global_state"] = None
     spec["kwargs"] = dict(spec.get("kwargs") or {})
+    spec["opponent_pool"] = dict(spec.get("opponent_pool") or {})
     if isinstance(spec.get("atari"), Mapping):
         spec["atari"] = dict(spec["atari"])
     if isinstance(spec.get("policies"), Mapping):
@@ -124,7 +127,7 @@ def _game_factory(game: str | None, is_entry_point: bool, import_dir: str | None
 def make_turn_based_game(
     game: str,
     game_kwargs: dict | None = None,
-    opponent: str = "self",
+    opponent: str = "pool",
     game_is_entry_point: bool = False,
     import_dir: str | None = None,
     render_mode: str | None = None,
@@ -160,6 +163,7 @@ def turn_based_spec(spec: EnvSpec) -> EnvSpec:
         import_dir=spec.import_dir,
         imports=spec.imports,
         opponent=spec.opponent,
+        opponent_pool=dict(spec.opponent_pool),
     )
 
 

@@ -594,7 +594,10 @@ class TeamEnv(gym.Env):
 
 
 # -- turn-based games ---------------------------------------------------------------------------
-OPPONENTS = ("self", "random")  # env.opponent: the learner's own current policy, or uniform legal moves
+# env.opponent: the learner's own current policy, uniform legal moves, or a pool of both and earlier
+# snapshots (rlpar.selfplay.pool)
+OPPONENTS = ("self", "random", "pool")
+STANDALONE_OPPONENTS = ("self", "random")  # what a game plays against without a trainer's pool (evaluation)
 OPPONENT_STREAM = 7  # the opponent's generator: its own stream beside the game's seed
 
 
@@ -617,11 +620,15 @@ class TurnBasedGame(gym.Env):
     end `info` holds `game_outcome` (1 win, 0 draw, -1 loss: the sign of the seat's game return),
     `moved_first` and `illegal_actions` (moves the learner sent that its mask forbade).
 
-    `opponent`: `random` (uniform among legal moves) or `self`: the policy handed by
+    `opponent`: `random` (uniform among legal moves), `self`: the policy handed by
     `set_opponent_policy` (a rollout worker's acting policy, so always its newest weights, acting
-    on its own flattened observation, its actions sampled with this env's seeded noise);
-    random moves until one is handed. Seeded resets give the same games: the seat is the reset
-    seed plus the episodes since, and the opponent's generator is seeded from it."""
+    on its own flattened observation, its actions sampled with this env's seeded noise; random
+    moves until one is handed), or `pool`: each game's opponent drawn at reset from the lineup
+    handed by `set_opponent_lineup` (rlpar.selfplay.pool.OpponentLineup: `self`, `random` or a
+    snapshot; `self` until one is handed). A snapshot the pool dropped during a game hands the
+    rest of the game to `self`. `info` at the end names the opponent met (`opponent`). Seeded
+    resets give the same games: the seat is the reset seed plus the episodes since, and the
+    opponent's generator (its draws and random moves) is seeded from it."""
 
     def __init__(self, game, opponent: str = "self", name: str = "the game"):
         """`game`: the PettingZoo AEC env (rlpar.envs.factory.make_turn_based_game builds it)."""
@@ -644,6 +651,8 @@ class TurnBasedGame(gym.Env):
         self.metadata = {**getattr(self.game, "metadata", {}), "autoreset_mode": None}
         self.render_mode = getattr(self.game, "render_mode", None)
         self._policy = None
+        self._lineup = None
+        self.facing = opponent  # this game's opponent: self, random, or a snapshot's label
         self._policy_action = describe_action_space(self.action_space)
         self._seat_base, self._episodes = 0, 0
         self.learner = first
@@ -654,18 +663,22 @@ class TurnBasedGame(gym.Env):
         self._batch = gym.vector.utils.create_empty_array(self.observation_space, 1)
 
     def __getstate__(self) -> dict:
-        """Pickled without the opponent's policy (a worker hands it again before it acts) and
-        the flattening closure (rebuilt)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_policy", "_flatten")}
+        """Pickled without the opponent's policy and lineup (a worker hands them again before it
+        acts) and the flattening closure (rebuilt)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_policy", "_lineup", "_flatten")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._policy = None
+        self._policy = self._lineup = None
         self._flatten = flatten_observation_fn(self.observation_space)
 
     def set_opponent_policy(self, policy) -> None:
         """The acting policy the `self` opponent plays with (its `act(rows, noise, state)`)."""
         self._policy = policy
+
+    def set_opponent_lineup(self, lineup) -> None:
+        """The pool's opponents (`pool`): what each game's opponent is drawn from at reset."""
+        self._lineup = lineup
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -674,6 +687,8 @@ class TurnBasedGame(gym.Env):
             self._rng = np.random.default_rng([int(seed), OPPONENT_STREAM])
         self.learner = self.seats[(self._seat_base + self._episodes) % len(self.seats)]
         self._episodes += 1
+        if self.opponent == "pool":
+            self.facing = "self" if self._lineup is None else self._lineup.draw(self._rng)
         self.game.reset(seed=seed)
         self._return, self._illegal = 0.0, 0
         self._play_opponents()
@@ -694,6 +709,7 @@ class TurnBasedGame(gym.Env):
                 "game_outcome": int(np.sign(self._return)),
                 "moved_first": self.learner == self.seats[0],
                 "illegal_actions": self._illegal,
+                "opponent": self.facing,
             }
         return self.game.observe(self.learner), reward, ended, False, info
 
@@ -715,8 +731,17 @@ class TurnBasedGame(gym.Env):
             reward += self._advance(self._opponent_action(self.game.observe(self.game.agent_selection)))
         return reward
 
+    def _opponent_policy(self):
+        """Who moves for the other seats: a policy, or None for uniform legal moves."""
+        if self.facing == "random":
+            return None
+        if self.facing == "self" or self._lineup is None:
+            return self._policy
+        snapshot = self._lineup.policy(self.facing)
+        return self._policy if snapshot is None else snapshot
+
     def _opponent_action(self, obs):
-        policy = self._policy if self.opponent == "self" else None
+        policy = self._opponent_policy()
         if policy is None:
             mask = obs.get(ACTION_MASK_KEY) if isinstance(obs, dict) else None
             if mask is not None and np.any(mask):

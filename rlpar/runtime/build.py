@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlpar.config.known_keys import ALGO_KEYS_NOT_FOR_LEARNER
 from rlpar.config.validate import ConfigError
-from rlpar.envs.factory import resolve_env_spec
+from rlpar.envs.factory import TURN_BASED_ENTRY_POINT, resolve_env_spec
 from rlpar.envs.probe import EnvProbe, probe_env
 from rlpar.envs.state_pickle import state_dropped_message
 from rlpar.learning.optimization.precision import resolve_precision
@@ -24,6 +24,7 @@ from rlpar.models.spec import PolicySpec
 from rlpar.runtime import run_dir as run_directory
 from rlpar.runtime import run_lock
 from rlpar.runtime.trainer import Trainer
+from rlpar.selfplay.pool import OpponentPool, pool_config
 from rlpar.typed_config import config_class
 
 log = logging.getLogger("rlpar")
@@ -129,6 +130,8 @@ def build_trainer(cfg: DictConfig, *, progress: bool | None = None, env_probe: E
     )
     try:
         algorithm = make_algorithm(sampler=sampler)
+        if env_spec.entry_point == TURN_BASED_ENTRY_POINT and env_spec.opponent == "pool":
+            algorithm.opponent_pool = OpponentPool(pool_config(env_spec.opponent_pool))
         if container["learners"] > 1:
             group = container["learner_group"]
             # rank 0's learner learns with the group as its peers; ranks 1..N-1 hold replicas of it

@@ -73,7 +73,7 @@ def evaluate_run(
     config.yaml names is imported only where this user's key signed it (rlpar.runtime.run_dir),
     or when `trust`. `stochastic`: actions sampled as in training, not the greedy ones.
     `opponent` (a turn-based game's): `random`, `self`, or a checkpoint file whose policy plays
-    the other seats; None: the run's own `env.opponent`."""
+    the other seats; None: the run's own `env.opponent` (`self` for a run that trained against a pool)."""
     run_dir = Path(run_dir)
     config = _run_config(run_dir)
     checkpoint, state = _newest_checkpoint(run_dir)
@@ -110,18 +110,23 @@ def _with_opponent(target: _Target, opponent: str | None) -> tuple[_Target, dict
     from dataclasses import replace
 
     from rlpar.envs.factory import TURN_BASED_ENTRY_POINT
-    from rlpar.envs.pettingzoo import OPPONENTS
+    from rlpar.envs.pettingzoo import STANDALONE_OPPONENTS
 
-    if opponent is None:
-        return target, None
     spec = target.env_spec
+    if opponent is None:
+        if spec.entry_point == TURN_BASED_ENTRY_POINT and spec.opponent not in STANDALONE_OPPONENTS:
+            opponent = "self"  # a pool lives in the trainer: the policy plays itself
+        else:
+            return target, None
     if spec.entry_point != TURN_BASED_ENTRY_POINT:
         raise EvaluateError(f"--opponent: {spec.id or spec.entry_point} is not a turn-based game (env=pettingzoo)")
     weights = None
-    if opponent not in OPPONENTS:
+    if opponent not in STANDALONE_OPPONENTS:
         path = Path(opponent)
         if not path.is_file():
-            raise EvaluateError(f"--opponent: expected {', '.join(OPPONENTS)} or a checkpoint file, got '{opponent}'")
+            raise EvaluateError(
+                f"--opponent: expected {', '.join(STANDALONE_OPPONENTS)} or a checkpoint file, got '{opponent}'"
+            )
         from rlpar.runtime.checkpoint import load_checkpoint
 
         try:

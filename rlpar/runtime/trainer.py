@@ -76,6 +76,11 @@ class Trainer:
         )
 
     @property
+    def opponent_pool(self):
+        """A turn-based game's opponent pool (env.opponent=pool), or None."""
+        return getattr(self.algorithm, "opponent_pool", None)
+
+    @property
     def sampler(self):
         """The algorithm's sampler (its workers, for health checks and tests)."""
         return self.algorithm.sampler
@@ -188,6 +193,7 @@ class Trainer:
             "sampler": self.algorithm.sampler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             **({"config": self.run_config} if self.run_config is not None else {}),
+            **({"opponent_pool": pool.state_dict()} if (pool := self.opponent_pool) is not None else {}),
         }
 
     def save(self) -> Path:
@@ -207,6 +213,8 @@ class Trainer:
         self.wall_time_offset = float(state["wall_time_s"])
         self._clock_start = None
         torch.set_rng_state(state["torch_rng"])
+        if self.opponent_pool is not None and "opponent_pool" in state:
+            self.opponent_pool.load_state_dict(state["opponent_pool"])
 
     # -- evaluation -------------------------------------------------------------------------
     def evaluate(self, num_episodes: int = 10, *, episodes: list | None = None, stochastic: bool = False) -> dict:

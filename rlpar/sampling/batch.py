@@ -89,6 +89,9 @@ class Batch:
     team_returns: list[float] = field(default_factory=list)
     team_lengths: list[int] = field(default_factory=list)
     team_ends: list[tuple[int, int]] = field(default_factory=list)
+    # Turn-based games that ended (rlpar.envs.pettingzoo.TurnBasedGame): (step, environment column,
+    # opponent, outcome 1/0/-1, whether the learner moved first), in the episodes' canonical order.
+    game_results: list[tuple] = field(default_factory=list)
     # What an algorithm's own worker class adds (e.g. Ape-X's prioritised transitions, when no
     # replay shard takes them directly): name -> one entry per contributing worker, in order.
     extras: dict[str, list] = field(default_factory=dict)
@@ -130,6 +133,7 @@ class Batch:
             team_returns=team_returns,
             team_lengths=team_lengths,
             team_ends=team_ends,
+            game_results=canonical_games(batches),
             raw_obs_sums=concat_obs_sums([b.raw_obs_sums for b in batches]),
             policy_versions=[v for b in batches for v in b.policy_versions],
             env_restarts=sum(b.env_restarts for b in batches),
@@ -194,6 +198,15 @@ def canonical_episodes(batches: list[Batch], returns: str, lengths: str, ends: s
         first_column += b.bootstrap_value.shape[0]
     episodes.sort(key=lambda episode: episode[0])
     return [r for _, r, _ in episodes], [n for _, _, n in episodes], [end for end, _, _ in episodes]
+
+
+def canonical_games(batches: list[Batch]) -> list[tuple]:
+    """Workers' finished games in one order, by (finish step, column of the joined batch)."""
+    games, first_column = [], 0
+    for b in batches:
+        games += [(t, first_column + column, *rest) for t, column, *rest in b.game_results]
+        first_column += b.bootstrap_value.shape[0]
+    return sorted(games, key=lambda game: game[:2])
 
 
 def concat_obs_sums(sums):

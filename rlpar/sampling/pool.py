@@ -35,6 +35,7 @@ from rlpar.sampling.base import Sampler, SamplerConfig
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
 from rlpar.sampling.rollout import RolloutWorker
+from rlpar.selfplay.pool import OPPONENT_POOL_KEY
 from rlpar.typed_config import choice, integer, number
 
 log = logging.getLogger("rlpar")
@@ -277,7 +278,9 @@ class WorkerPoolSampler(Sampler):
         start = time.perf_counter()
         fresh = self.sent_version[worker] != version
         if fresh and self.central_inference:
-            weights = {}  # the server acts: the worker only learns the version it now samples with
+            # the server acts: the worker learns the version it now samples with, and the opponent
+            # pool where one rides along (its snapshots act on the worker: rlpar.selfplay.pool)
+            weights = {k: v for k, v in weights.items() if k == OPPONENT_POOL_KEY}
         self._send(worker, weights if fresh else None, version)
         self.sent_version[worker] = version
         self.in_flight[worker] = time.monotonic() + self.sample_timeout_s

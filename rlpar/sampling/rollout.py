@@ -20,6 +20,7 @@ from rlpar.envs.spaces import ActionMapper, draw_noise, flatten_observation_fn, 
 from rlpar.envs.state_pickle import described, dumps_env_state, state_dropped_message
 from rlpar.models.spec import PolicySpec
 from rlpar.sampling.batch import Batch, allocate_batch_arrays, batch_layout
+from rlpar.selfplay.pool import OPPONENT_POOL_KEY, OpponentLineup
 
 NOISE_STREAM = 1  # separates action-noise seeds from environment seeds
 # Each environment's generator draws noise for several rollouts at once: a call costs about as
@@ -100,22 +101,34 @@ class RolloutWorker:
         self.hands_opponent_policy = any(
             hasattr(getattr(env, "unwrapped", env), "set_opponent_policy") for env in getattr(self.venv, "envs", ())
         )
+        # The opponent pool's snapshots as acting policies (env.opponent=pool), from the pool that
+        # rides with the weights (rlpar.selfplay.pool); None until one arrives.
+        self.opponent_lineup: OpponentLineup | None = None
 
     def _hand_opponent_policy(self) -> None:
         """Environments that play the learner's policy against itself (a turn-based game's `self`
         opponent, rlpar.envs.pettingzoo.TurnBasedGame) get the policy this worker acts with, so
-        the opponent always plays its newest weights. Handed before each rollout (the weights are
-        set by then; moves before the first rollout are random ones), again because a rebuilt
-        or unpickled environment holds none (a central inference client acts only for rows of
-        this worker's environments, so it is not handed: its games' opponent plays random moves)."""
-        if not self.hands_opponent_policy or not hasattr(self.policy, "normalize"):
+        the opponent always plays its newest weights, and the pool's lineup where one came. Handed
+        before each rollout (the weights are set by then; moves before the first rollout are
+        random ones), again because a rebuilt or unpickled environment holds none (a central
+        inference client acts only for rows of this worker's environments, so it is not handed:
+        its games' `self` opponent plays random moves; the pool's snapshots act here)."""
+        if not self.hands_opponent_policy:
             return
+        own = self.policy if hasattr(self.policy, "normalize") else None
         for env in getattr(self.venv, "envs", ()):
-            hand = getattr(getattr(env, "unwrapped", env), "set_opponent_policy", None)
-            if hand is not None:
-                hand(self.policy)
+            game = getattr(env, "unwrapped", env)
+            if own is not None and hasattr(game, "set_opponent_policy"):
+                game.set_opponent_policy(own)
+            if self.opponent_lineup is not None and hasattr(game, "set_opponent_lineup"):
+                game.set_opponent_lineup(self.opponent_lineup)
 
     def set_weights(self, weights: dict, version: int) -> None:
+        pool = weights.get(OPPONENT_POOL_KEY)
+        if pool is not None:
+            if self.opponent_lineup is None:
+                self.opponent_lineup = OpponentLineup(self.policy_spec.acting_policy)
+            self.opponent_lineup.update(pool)
         self.policy.set_weights(weights)
         self.policy_version = version
 
@@ -248,6 +261,7 @@ class RolloutWorker:
         self._hand_opponent_policy()
         env_restarts_before = env_restarts(self.venv)
         team_returns, team_lengths, team_ends = [], [], []
+        game_results: list[tuple] = []  # (step, column, opponent, outcome, moved first) of games that ended
         act_raw = self.policy.act_raw
         state = self.recurrent_state
         step, to_env, flatten = self.venv.step, self.action_mapper.to_env, self.flatten
@@ -272,6 +286,10 @@ class RolloutWorker:
                     team_returns.append(float(info["team_return"][c]))
                     team_lengths.append(int(info["team_length"][c]))
                     team_ends.append((t, int(c)))
+            if "game_outcome" in info:  # a turn-based game's end (rlpar.envs.pettingzoo.TurnBasedGame)
+                for c in np.flatnonzero(info["_game_outcome"]):
+                    outcome, first, who = (info[k][c] for k in ("game_outcome", "moved_first", "opponent"))
+                    game_results.append((t, int(c), str(who), int(outcome), bool(first)))
             actions_buf[t], logp_buf[t], values_buf[t] = actions, logp, values
             rewards_buf[t], term_buf[t], trunc_buf[t] = rewards, terminated, truncated
             episode_return = np.add(self.episode_return, rewards, out=running_return[t])
@@ -320,6 +338,7 @@ class RolloutWorker:
             team_returns=team_returns,
             team_lengths=team_lengths,
             team_ends=team_ends,
+            game_results=game_results,
             raw_obs_sums=(raw_sum, raw_sq) if track_moments else None,
             policy_versions=[self.policy_version],
             env_restarts=env_restarts(self.venv) - env_restarts_before,
