@@ -163,6 +163,7 @@ def write_report(
         "",
     ]
     lines += policies_section(finished, sweep_dir)
+    lines += ratings_section(runs, sweep_dir)
     if problems:
         lines += ["## Runs not included", "", "| run | status | last iteration |", "|---|---|---|"]
         lines += [
@@ -198,6 +199,41 @@ def policies_section(runs, sweep_dir: Path) -> list[str]:
         "|---|---|---|---|---|",
         *lines,
         "",
+    ]
+
+
+def ratings_section(runs, sweep_dir: Path) -> list[str]:
+    """Self-play runs (env.opponent=pool): an Elo-style table of the current policy, the pool's
+    snapshots and the references, fitted from the games each run logged (rlpar.selfplay.ratings)."""
+    from rlpar.selfplay.ratings import ANCHOR, ANCHOR_RATING, rating_table
+
+    lines = []
+    for run in runs:
+        table = rating_table(run.metrics)
+        if not table:
+            continue
+        name = run.path.relative_to(sweep_dir) if run.path != sweep_dir else run.path.name
+        lines += [
+            f"### {name}",
+            "",
+            "| player | Elo | games | score |",
+            "|---|---|---|---|",
+            *(
+                f"| {row['player']} | {row['rating']:.0f} | {row['games']:,} | {_fmt(row['score'], '.3f')} |"
+                for row in table
+            ),
+            "",
+        ]
+    if not lines:
+        return []
+    return [
+        "## Ratings (self-play runs)",
+        "",
+        f"Fitted from the games each run logged (`games_by_opponent`), {ANCHOR} anchored at {ANCHOR_RATING:.0f}; "
+        "`current` is the learner since the newest snapshot, a snapshot `vN` also rates the learner from "
+        "update N until the next snapshot; score: wins and half the draws.",
+        "",
+        *lines,
     ]
 
 
