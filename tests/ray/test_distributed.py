@@ -408,3 +408,29 @@ def test_mappo_agents_on_ray_actors_take_no_masked_action(cluster, make_cfg, tmp
         trainer.close()
     assert rows[-1]["num_nodes"] == 2 and rows[-1]["agent_steps"] == 3 * 20 * 2
     assert not record.exists(), record.read_text().count("\n")
+
+
+def test_the_opponent_pool_reaches_ray_actors_and_their_games_match_local(cluster, make_cfg, tmp_path):
+    """env.opponent=pool on tictactoe: snapshots act on Ray actors on both nodes (with central
+    inference too, which acts only for the learner's seat), and the games against each opponent,
+    the win rates and the losses are those of the local sampler, iteration after iteration."""
+    from rlpar.runtime.build import build_trainer
+    from tests.unit.test_opponent_pool import SMALL, rows_of
+
+    layouts = {"local": ("workers=2",),
+               "distributed": ("parallel=distributed", "workers=2"),
+               "distributed-central": ("parallel=distributed", "workers=2", "parallel.inference=central")}
+    rows = {}
+    for name, layout in layouts.items():
+        trainer = build_trainer(make_cfg(*SMALL, *layout, "parallel.sync_mode=blocking", run_dir=tmp_path / name))
+        try:
+            rows[name] = rows_of(trainer, 6)
+            if name != "local":
+                assert trainer.algorithm.sampler.num_nodes() == 2
+        finally:
+            trainer.close()
+    assert any(set(r["games_by_opponent"]) & {"v0", "v2", "v4"} for r in rows["local"])
+    assert rows["distributed"] == rows["local"]
+    # central inference: the `self` opponent has no policy on the actors (random moves), snapshots do
+    central = rows["distributed-central"]
+    assert any(set(r["games_by_opponent"]) & {"v0", "v2", "v4"} for r in central)
