@@ -51,7 +51,8 @@ class GradientWorker(RolloutWorker):
 
     def set_weights(self, weights: dict, version: int) -> None:
         """The learner's weights, or the parameter server's address: a new server, or a
-        restarted one, is asked for its weights."""
+        restarted one, is asked for its weights (and the opponent pool taken, where one rides along)."""
+        self.take_opponent_pool(weights)
         self.acting = weights.get("acting", self.acting)
         server = weights.get("parameter_server")
         if server is None:

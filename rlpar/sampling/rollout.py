@@ -124,13 +124,18 @@ class RolloutWorker:
                 game.set_opponent_lineup(self.opponent_lineup)
 
     def set_weights(self, weights: dict, version: int) -> None:
+        self.take_opponent_pool(weights)
+        self.policy.set_weights(weights)
+        self.policy_version = version
+
+    def take_opponent_pool(self, weights: dict) -> None:
+        """The opponent pool that rides with `weights` (env.opponent=pool), where one does: its
+        snapshots become this worker's lineup (rebuilt only when the pool's version changes)."""
         pool = weights.get(OPPONENT_POOL_KEY)
         if pool is not None:
             if self.opponent_lineup is None:
                 self.opponent_lineup = OpponentLineup(self.policy_spec.acting_policy)
             self.opponent_lineup.update(pool)
-        self.policy.set_weights(weights)
-        self.policy_version = version
 
     # -- exact resume -----------------------------------------------------------------------
     def get_state(self) -> dict:

@@ -228,3 +228,18 @@ def test_resume_continues_exactly_with_the_pool(make_cfg, tmp_path):
     finally:
         resumed.close()
     assert again == after
+
+
+@pytest.mark.parametrize("algo", ["a3c", "dqn"])
+def test_workers_of_other_algorithms_play_the_pool(make_cfg, tmp_path, algo):
+    """A3C's gradient workers (weights from a parameter server) and DQN's ε-greedy ones take the
+    pool that rides with what they are sent, and meet its snapshots."""
+    overrides = ("env=pettingzoo", f"env.id={TICTACTOE}", f"algo={algo}", "model.hidden_sizes=[16]")
+    overrides += ("env.opponent_pool.snapshot_every=1", "checkpoint.every=0")
+    trainer = build_trainer(make_cfg(*overrides, run_dir=tmp_path / algo))
+    try:
+        rows = [trainer.train() for _ in range(6)]
+    finally:
+        trainer.close()
+    met = {opponent for row in rows for opponent in row["games_by_opponent"]}
+    assert {"self", "random"} < met and any(m.startswith("v") for m in met), met
