@@ -196,16 +196,18 @@ def test_ratings_fit_known_odds():
     assert ratings["b"] == pytest.approx(ratings["a"], abs=3)  # as many wins as losses against a
 
 
-def test_local_and_multiprocess_runs_are_identical(make_cfg, tmp_path):
-    """Blocking: the same games against the same opponents, the same losses, iteration after iteration."""
+def test_identical_runs_local_again_and_multiprocess(make_cfg, tmp_path):
+    """Blocking: the same games against the same opponents, the same losses, iteration after
+    iteration, run to run and on another sampler."""
     rows = {}
-    for name, overrides in (("local", ("workers=2",)), ("mp", ("parallel=multiprocess", "workers=2"))):
+    layouts = (("local", ("workers=2",)), ("again", ("workers=2",)), ("mp", ("parallel=multiprocess", "workers=2")))
+    for name, overrides in layouts:
         trainer = build_trainer(make_cfg(*SMALL, *overrides, run_dir=tmp_path / name))
         try:
             rows[name] = rows_of(trainer, 6)
         finally:
             trainer.close()
-    assert rows["local"] == rows["mp"]
+    assert rows["local"] == rows["again"] == rows["mp"]
     assert any(set(r["games_by_opponent"]) & {"v0", "v2", "v4"} for r in rows["local"])
 
 
