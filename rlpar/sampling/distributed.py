@@ -20,6 +20,7 @@ from rlpar.sampling.errors import WorkerFailure
 from rlpar.sampling.inference import InferenceServer, RayInferenceClient
 from rlpar.sampling.pool import WorkerPoolConfig, WorkerPoolSampler
 from rlpar.sampling.services import ActorService, Service
+from rlpar.selfplay.pool import snapshots_carried
 from rlpar.typed_config import number
 
 INLINE_WEIGHT_BYTES = 256 * 1024  # weights x workers: below this, requests carry the weights themselves
@@ -150,7 +151,7 @@ class DistributedSampler(WorkerPoolSampler):
         self.location_refs: dict = {}  # object ref -> starting worker
         self.pending: dict = {}  # object ref -> worker index
         self._weights_ref: Any = None  # a Ray object reference
-        self._weights_version: int | None = None
+        self._weights_version: tuple | None = None  # what it holds: the version, its keys, the pool's snapshots
         self.inference: Any = self._start_inference_server() if self.central_inference else None  # an actor handle
         # Not waited for here: runners boot while the learner and logger are being built.
         self.start_workers()
@@ -310,14 +311,17 @@ class DistributedSampler(WorkerPoolSampler):
         self.pending[ref] = worker
 
     def _stored_weights(self, weights: dict, version: int):
-        """The weights in the object store, put there once per version for every reader; small
+        """The weights in the object store, put there once per version (and content) for every reader; small
         ones are sent inline with each request instead (Ray copies arguments under 100 KB into
         the call, far cheaper than a put for a small policy: docs/benchmarks.md)."""
         size = sum(getattr(value, "nbytes", INLINE_WEIGHT_BYTES) for value in weights.values())  # not arrays: put
         if size * len(self.runners) < INLINE_WEIGHT_BYTES:
             return weights
-        if self._weights_version != version:
-            self._weights_ref, self._weights_version = self.ray.put(weights), version
+        # one version's weights differ in what they carry: everything (central inference's
+        # server), the pool alone (its workers), the pool's snapshots a worker lacks
+        stored = (version, tuple(weights), snapshots_carried(weights))
+        if self._weights_version != stored:
+            self._weights_ref, self._weights_version = self.ray.put(weights), stored
         return self._weights_ref
 
     def _wait(self, workers: set[int], timeout: float | None) -> list[tuple[int, Batch | WorkerFailure]]:

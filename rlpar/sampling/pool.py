@@ -35,7 +35,7 @@ from rlpar.sampling.base import Sampler, SamplerConfig
 from rlpar.sampling.batch import Batch
 from rlpar.sampling.errors import WorkerFailure, WorkerPoolError
 from rlpar.sampling.rollout import RolloutWorker
-from rlpar.selfplay.pool import OPPONENT_POOL_KEY
+from rlpar.selfplay.pool import OPPONENT_POOL_KEY, without_held_snapshots
 from rlpar.typed_config import choice, integer, number
 
 log = logging.getLogger("rlpar")
@@ -115,6 +115,8 @@ class WorkerPoolSampler(Sampler):
         self.booting: set[int] = set()  # first start of the pool: rounds wait for all of these
         self.in_flight: dict[int, float] = {}  # worker -> deadline of its request
         self.sent_version: list[int | None] = [None] * num_workers
+        # per worker: the opponent pool's snapshots it holds (env.opponent=pool), each sent once
+        self.held_snapshots: list[frozenset] = [frozenset()] * num_workers
         self.generation = [0] * num_workers  # replacements of each worker so far
         self.failed_starts = [0] * num_workers  # of each worker since it was last up
         self.any_worker_up = False
@@ -224,6 +226,7 @@ class WorkerPoolSampler(Sampler):
         self._stop(worker)
         self.generation[worker] += 1
         self.sent_version[worker] = None
+        self.held_snapshots[worker] = frozenset()
         self._launch(worker, **launch_options)
         self.starting.add(worker)
 
@@ -281,6 +284,8 @@ class WorkerPoolSampler(Sampler):
             # the server acts: the worker learns the version it now samples with, and the opponent
             # pool where one rides along (its snapshots act on the worker: rlpar.selfplay.pool)
             weights = {k: v for k, v in weights.items() if k == OPPONENT_POOL_KEY}
+        if fresh:
+            weights, self.held_snapshots[worker] = without_held_snapshots(weights, self.held_snapshots[worker])
         self._send(worker, weights if fresh else None, version)
         self.sent_version[worker] = version
         self.in_flight[worker] = time.monotonic() + self.sample_timeout_s

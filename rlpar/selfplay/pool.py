@@ -6,8 +6,9 @@ opponent and sets the probabilities with which a game's opponent is drawn: `self
 current policy, `reference_fraction` the fixed references (`random`: uniform legal moves), the
 rest the snapshots (`sampling`: the latest, uniform, or PFSP, prioritised by the learner's loss
 rate against each). The pool rides to the workers inside the weights they are sent (under
-`OPPONENT_POOL_KEY`, with a version); a worker's `OpponentLineup` turns its snapshots into
-acting policies when the version changes, and each game draws its opponent at reset with the
+`OPPONENT_POOL_KEY`, with a version; a worker process is sent each snapshot's weights once:
+`without_held_snapshots`); a worker's `OpponentLineup` turns its snapshots into acting policies
+when the version changes, and each game draws its opponent at reset with the
 game's own seeded generator (rlpar.envs.pettingzoo.TurnBasedGame), so blocking runs repeat
 exactly on every sampler.
 """
@@ -229,6 +230,23 @@ class OpponentPool:
             self._payload = self._packed(labels, np.asarray(probabilities, np.float64))
 
 
+def without_held_snapshots(weights: dict, held: frozenset) -> tuple[dict, frozenset]:
+    """`weights` for a worker that holds the snapshots labelled `held` already: the pool with only
+    the other snapshots' weights (a snapshot's weights travel to each worker once), and the
+    labels that worker holds once it has taken them."""
+    pool = weights.get(OPPONENT_POOL_KEY)
+    if pool is None:
+        return weights, held
+    news = {label: w for label, w in pool["snapshots"].items() if label not in held}
+    return {**weights, OPPONENT_POOL_KEY: {**pool, "snapshots": news}}, frozenset(pool["snapshots"])
+
+
+def snapshots_carried(weights: dict) -> tuple[str, ...]:
+    """The labels of the snapshots whose weights `weights` carries (none without a pool)."""
+    pool = weights.get(OPPONENT_POOL_KEY)
+    return () if pool is None else tuple(pool["snapshots"])
+
+
 class OpponentLineup:
     """A worker's side of the pool: the opponents its games draw from, the snapshots as acting
     policies (`make_policy()` builds an empty one), rebuilt only when the pool's version changes."""
@@ -241,15 +259,15 @@ class OpponentLineup:
         self.policies: dict[str, object] = {}
 
     def update(self, payload: dict) -> None:
+        """Take a pool: its snapshots' weights are those this lineup lacks (a snapshot's weights
+        never change, so one it holds is kept while the pool lists it)."""
         if payload["version"] == self.version:
             return
-        policies = {}
+        policies = {label: self.policies[label] for label in payload["labels"] if label in self.policies}
         for label, weights in payload["snapshots"].items():
-            policy = self.policies.get(label)  # a snapshot's weights never change
-            if policy is None:
-                policy = self.make_policy()
+            if label not in policies:
+                policies[label] = policy = self.make_policy()
                 policy.set_weights(weights)  # type: ignore[attr-defined]
-            policies[label] = policy
         self.policies = policies
         self.labels = tuple(payload["labels"])
         self.cumulative = np.cumsum(np.asarray(payload["probabilities"], np.float64))

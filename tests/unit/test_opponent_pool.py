@@ -21,6 +21,7 @@ from rlpar.selfplay.pool import (
     OpponentLineup,
     OpponentPool,
     OpponentPoolConfig,
+    without_held_snapshots,
 )
 from rlpar.selfplay.ratings import fit_ratings, rated_games
 
@@ -150,6 +151,11 @@ def test_a_worker_builds_the_lineup_once_per_pool_version_and_returns_the_games(
         worker.set_weights(pool.riding_with(weights, 1, lambda: weights), version=1)  # the same pool
         assert worker.opponent_lineup is lineup and lineup.policy("v0") is snapshot
         assert all(env.unwrapped._lineup is lineup for env in worker.venv.envs)
+        # a worker process is sent each snapshot's weights once: v5's here, not v0's again
+        sent, held = without_held_snapshots(pool.riding_with(weights, 5, lambda: weights), frozenset({"v0"}))
+        assert set(sent[OPPONENT_POOL_KEY]["snapshots"]) == {"v5"} and held == {"v0", "v5"}
+        worker.set_weights(sent, version=5)
+        assert lineup.policy("v0") is snapshot and lineup.policy("v5") not in (None, snapshot)
     finally:
         worker.close()
     met = [g[2] for g in batch.game_results]
