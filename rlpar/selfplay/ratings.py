@@ -18,7 +18,8 @@ from rlpar.selfplay.pool import RANDOM, SELF
 
 ANCHOR, ANCHOR_RATING = RANDOM, 1000.0
 CURRENT = "current"
-FIT_ITERATIONS = 2000
+FIT_ITERATIONS = 2000  # at most; the fit stops once no rating moves by more than CONVERGED (in log odds)
+CONVERGED = 1e-7
 
 
 def rated_games(rows: list[dict]) -> dict[tuple[str, str], list[float]]:
@@ -60,11 +61,14 @@ def fit_ratings(games: dict[tuple[str, str], list[float]]) -> dict[str, float]:
     for a, b in meetings:
         opponents[a].append(b)
     for _ in range(FIT_ITERATIONS):
+        before = dict(strength)
         for p in players:
             denominator = sum(meetings[(p, q)] / (strength[p] + strength[q]) for q in opponents[p])
             strength[p] = max(score[p], 1e-9) / denominator if denominator else strength[p]
         anchor = strength[ANCHOR]
         strength = {p: s / anchor for p, s in strength.items()}
+        if max(abs(math.log(strength[p] / before[p])) for p in players) < CONVERGED:
+            break
     return {p: ANCHOR_RATING + 400.0 * math.log10(s) for p, s in strength.items()}
 
 
