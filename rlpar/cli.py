@@ -439,8 +439,9 @@ def evaluate(argv: list[str]) -> int:
         "--opponent",
         default=None,
         metavar="WHO",
-        help="a turn-based game's opponent: random, self (the evaluated policy), or a checkpoint file whose "
-        "policy plays it (default: the run's env.opponent); games alternate who moves first and the row "
+        help="a turn-based game's opponent: random, self (the evaluated policy), scripted (the game's scripted "
+        "player, where it has one), or a checkpoint file whose policy plays it (default: the run's env.opponent; "
+        "self for a run trained against a pool); games alternate who moves first and the row "
         "gains win_rate, draw_rate, loss_rate, first_mover_win_rate and illegal_actions",
     )
     parser.add_argument(

@@ -50,6 +50,7 @@ from rlpar.envs.spaces import (
 )
 from rlpar.envs.wrapping import with_mask, with_mask_space
 from rlpar.errors import EnvironmentFailedError
+from rlpar.selfplay.scripted import SCRIPTED_PLAYERS, scripted_player
 
 POLICY_MAPPINGS = ("auto", "shared", "group", "agent")  # or {policy: [agent names or patterns]}
 GLOBAL_STATES = ("auto", "state", "observations")
@@ -594,10 +595,10 @@ class TeamEnv(gym.Env):
 
 
 # -- turn-based games ---------------------------------------------------------------------------
-# env.opponent: the learner's own current policy, uniform legal moves, or a pool of both and earlier
-# snapshots (rlpar.selfplay.pool)
-OPPONENTS = ("self", "random", "pool")
-STANDALONE_OPPONENTS = ("self", "random")  # what a game plays against without a trainer's pool (evaluation)
+# env.opponent: the learner's own current policy, uniform legal moves, the game's scripted player,
+# or a pool of them and earlier snapshots (rlpar.selfplay.pool)
+OPPONENTS = ("self", "random", "scripted", "pool")  # scripted: the game's own (rlpar.selfplay.scripted)
+STANDALONE_OPPONENTS = ("self", "random", "scripted")  # what a game plays against without a trainer's pool
 OPPONENT_STREAM = 7  # the opponent's generator: its own stream beside the game's seed
 
 
@@ -620,12 +621,13 @@ class TurnBasedGame(gym.Env):
     end `info` holds `game_outcome` (1 win, 0 draw, -1 loss: the sign of the seat's game return),
     `moved_first` and `illegal_actions` (moves the learner sent that its mask forbade).
 
-    `opponent`: `random` (uniform among legal moves), `self`: the policy handed by
+    `opponent`: `random` (uniform among legal moves), `scripted` (the game's scripted player,
+    rlpar.selfplay.scripted, where it has one), `self`: the policy handed by
     `set_opponent_policy` (a rollout worker's acting policy, so always its newest weights, acting
     on its own flattened observation, its actions sampled with this env's seeded noise; random
     moves until one is handed), or `pool`: each game's opponent drawn at reset from the lineup
     handed by `set_opponent_lineup` (rlpar.selfplay.pool.OpponentLineup: `self`, `random` or a
-    snapshot; `self` until one is handed). A snapshot the pool dropped during a game hands the
+    snapshot or a reference; `self` until one is handed). A snapshot the pool dropped during a game hands the
     rest of the game to `self`. `info` at the end names the opponent met (`opponent`). Seeded
     resets give the same games: the seat is the reset seed plus the episodes since, and the
     opponent's generator (its draws and random moves) is seeded from it."""
@@ -648,6 +650,12 @@ class TurnBasedGame(gym.Env):
         self.observation_space = self.game.observation_space(first)
         self.action_space = self.game.action_space(first)
         self.opponent = opponent
+        self._scripted = scripted_player(name)
+        if opponent == "scripted" and self._scripted is None:
+            raise ValueError(
+                f"env.opponent=scripted: {name} has no scripted player (the games that have one: "
+                f"{', '.join(SCRIPTED_PLAYERS)})"
+            )
         self.metadata = {**getattr(self.game, "metadata", {}), "autoreset_mode": None}
         self.render_mode = getattr(self.game, "render_mode", None)
         self._policy = None
@@ -733,7 +741,7 @@ class TurnBasedGame(gym.Env):
 
     def _opponent_policy(self):
         """Who moves for the other seats: a policy, or None for uniform legal moves."""
-        if self.facing == "random":
+        if self.facing in ("random", "scripted"):
             return None
         if self.facing == "self" or self._lineup is None:
             return self._policy
@@ -741,6 +749,8 @@ class TurnBasedGame(gym.Env):
         return self._policy if snapshot is None else snapshot
 
     def _opponent_action(self, obs):
+        if self.facing == "scripted" and self._scripted is not None:
+            return self._scripted(obs, self._rng)
         policy = self._opponent_policy()
         if policy is None:
             mask = obs.get(ACTION_MASK_KEY) if isinstance(obs, dict) else None

@@ -72,7 +72,7 @@ def evaluate_run(
     and a one-line `summary`. `wandb=None`: W&B exactly when the run logged to it. The code that
     config.yaml names is imported only where this user's key signed it (rlpar.runtime.run_dir),
     or when `trust`. `stochastic`: actions sampled as in training, not the greedy ones.
-    `opponent` (a turn-based game's): `random`, `self`, or a checkpoint file whose policy plays
+    `opponent` (a turn-based game's): `random`, `self`, `scripted`, or a checkpoint file whose policy plays
     the other seats; None: the run's own `env.opponent` (`self` for a run that trained against a pool)."""
     run_dir = Path(run_dir)
     config = _run_config(run_dir)

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlpar.selfplay.scripted import SCRIPTED_PLAYERS, scripted_player
 from rlpar.typed_config import choice, integer, number
 
 OPPONENT_POOL_KEY = "opponent_pool"  # the key of the weights sent to workers that carries the pool
-SELF, RANDOM = "self", "random"  # the current policy; uniform legal moves
-REFERENCES = (RANDOM,)  # fixed opponents a pool may hold
+SELF, RANDOM, SCRIPTED = "self", "random", "scripted"  # the current policy; uniform legal moves; the game's script
+REFERENCES = (RANDOM, SCRIPTED)  # fixed opponents a pool may hold (scripted: where the game has a scripted player)
 SAMPLINGS = ("latest", "uniform", "pfsp")
 PFSP_FLOOR = 0.02  # a PFSP weight never below this: a snapshot beaten every time is still met now and then
 SNAPSHOT_PREFIX = "v"  # a snapshot's label: v<policy version it was taken at>
@@ -41,7 +42,9 @@ class OpponentPoolConfig:
     sampling: str = choice("pfsp", SAMPLINGS)  # which snapshot a snapshot game meets
     self_fraction: float = number(0.5, low=0, high=1)  # share of games against the current policy
     reference_fraction: float = number(0.25, low=0, high=1)  # share against the references, split evenly
-    references: tuple[str, ...] = field(default=(RANDOM,))  # fixed opponents: at least random
+    references: tuple[str, ...] = field(
+        default=(RANDOM,)
+    )  # fixed opponents: random, and scripted where the game has one
     pfsp_exponent: float = number(2.0, low=0)  # a snapshot's weight: (1 - learner's score against it) ** this
     recent_games: int = integer(200, low=1)  # games per opponent that win rates and PFSP read
 
@@ -69,6 +72,12 @@ class OpponentPoolConfig:
                 problems.append(
                     f"{NODE}.references: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not one of "
                     f"{', '.join(REFERENCES)}"
+                )
+            game = config.get("env.entry_point") or config.get("env.id")
+            if SCRIPTED in references and scripted_player(game) is None:
+                problems.append(
+                    f"{NODE}.references: {game} has no scripted player (the games that have one: "
+                    f"{', '.join(SCRIPTED_PLAYERS)})"
                 )
             if RANDOM not in references:
                 problems.append(f"{NODE}.references: needs {RANDOM} (uniform legal moves), the rating's anchor")

@@ -2,7 +2,7 @@
 tictactoe: snapshot cadence and size, the latest/uniform/PFSP probabilities, games drawing their
 opponent from the lineup with their own generator, the win rates logged per iteration, identical
 runs on the local and multiprocess samplers, an exact resume through a checkpoint, validation in
-one message, and `rlpar report`'s rating table."""
+one message, `rlpar report`'s rating table, and the scripted tictactoe reference."""
 
 import json
 
@@ -24,6 +24,7 @@ from rlpar.selfplay.pool import (
     without_held_snapshots,
 )
 from rlpar.selfplay.ratings import fit_ratings, rated_games
+from rlpar.selfplay.scripted import scripted_player, tictactoe_move
 
 TICTACTOE = "pettingzoo.classic.tictactoe_v3"
 GAME = ("env=pettingzoo", f"env.id={TICTACTOE}", "algo=ppo")
@@ -251,3 +252,43 @@ def test_workers_of_other_algorithms_play_the_pool(make_cfg, tmp_path, algo):
         trainer.close()
     met = {opponent for row in rows for opponent in row["games_by_opponent"]}
     assert {"self", "random"} < met and any(m.startswith("v") for m in met), met
+
+
+def test_the_scripted_tictactoe_player_wins_then_blocks_and_beats_random_moves():
+    board = np.zeros((3, 3, 2), np.int8)
+    mine, theirs = board[..., 0].reshape(-1), board[..., 1].reshape(-1)  # views, square by action
+    mine[[0, 1]], theirs[[3, 4]] = 1, 1  # it can complete 0-1-2; the opponent threatens 3-4-5
+    mask = (mine + theirs == 0).astype(np.int8)
+    rng = np.random.default_rng(0)
+    assert tictactoe_move({"observation": board, "action_mask": mask}, rng) == 2  # a win before a block
+    mine[1], theirs[1] = 0, 1  # no win of its own now; 3-4-5 still threatened (1 taken by the opponent)
+    mask = (mine + theirs == 0).astype(np.int8)
+    assert tictactoe_move({"observation": board, "action_mask": mask}, rng) == 5
+    assert scripted_player(TICTACTOE) is tictactoe_move and scripted_player("pettingzoo.classic.go_v5") is None
+
+    lost = {}
+    for opponent in ("random", "scripted"):
+        env, moves = make_env(resolve_env_spec(kind="pettingzoo", id=TICTACTOE, opponent=opponent)), rng
+        outcomes = []
+        obs, _ = env.reset(seed=0)
+        for _ in range(200):
+            done = False
+            while not done:
+                obs, _, done, _, info = env.step(int(moves.choice(np.flatnonzero(obs["action_mask"]))))
+            outcomes.append(info["game_outcome"])
+            obs, _ = env.reset()
+        env.close()
+        lost[opponent] = outcomes.count(-1) / len(outcomes)
+    assert lost["scripted"] > lost["random"] + 0.25, lost
+
+
+def test_a_pool_may_hold_the_scripted_reference_where_the_game_has_one(make_cfg):
+    pool = OpponentPool(OpponentPoolConfig(references=("random", "scripted"), reference_fraction=0.3))
+    labels, p = pool.probabilities()
+    assert labels == ("self", "random", "scripted")
+    np.testing.assert_allclose(p, [0.7, 0.15, 0.15])
+    with_scripted = "env.opponent_pool.references=[random,scripted]"
+    validate_config(make_cfg(*GAME, with_scripted), check_env=False)
+    connect_four = ("env=pettingzoo", "env.id=pettingzoo.classic.connect_four_v3", "algo=ppo", with_scripted)
+    with pytest.raises(ConfigError, match="connect_four_v3 has no scripted player"):
+        validate_config(make_cfg(*connect_four), check_env=False)
