@@ -626,8 +626,8 @@ class TurnBasedGame(gym.Env):
     `set_opponent_policy` (a rollout worker's acting policy, so always its newest weights, acting
     on its own flattened observation, its actions sampled with this env's seeded noise; random
     moves until one is handed), or `pool`: each game's opponent drawn at reset from the lineup
-    handed by `set_opponent_lineup` (rlpar.selfplay.pool.OpponentLineup: `self`, `random` or a
-    snapshot or a reference; `self` until one is handed). A snapshot the pool dropped during a game hands the
+    handed by `set_opponent_lineup` (rlpar.selfplay.pool.OpponentLineup: `self`, a reference or a
+    snapshot; `self` until one is handed). A snapshot the pool dropped during a game hands the
     rest of the game to `self`. `info` at the end names the opponent met (`opponent`). Seeded
     resets give the same games: the seat is the reset seed plus the episodes since, and the
     opponent's generator (its draws and random moves) is seeded from it."""
@@ -660,7 +660,7 @@ class TurnBasedGame(gym.Env):
         self.render_mode = getattr(self.game, "render_mode", None)
         self._policy = None
         self._lineup = None
-        self.facing = opponent  # this game's opponent: self, random, or a snapshot's label
+        self.facing = opponent  # this game's opponent: self, random, scripted, or a snapshot's label
         self._policy_action = describe_action_space(self.action_space)
         self._seat_base, self._episodes = 0, 0
         self.learner = first
