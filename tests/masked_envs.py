@@ -116,7 +116,23 @@ class MaskedMultiChoices(MaskedChoices):
         return self._draw(), reward, False, self.t >= self.length, {}
 
 
-class InfoMaskedChoices(MaskedChoices):
+class _MaskInInfo:
+    """Observes the Dict's `obs` alone and gives the mask in info (`_info`), at reset and every
+    step, the final one included."""
+
+    def _info(self) -> dict:
+        raise NotImplementedError
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs["obs"], self._info()
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs["obs"], reward, terminated, truncated, {**info, **self._info()}
+
+
+class InfoMaskedChoices(_MaskInInfo, MaskedChoices):
     """MaskedChoices giving its mask in `info["action_mask"]` (at reset and every step, the final
     one included) and observing only the pointer, as some Gymnasium environments do
     (env.action_mask_info_key). `info_key` renames it; `mask_until` leaves it out of infos after
@@ -132,16 +148,8 @@ class InfoMaskedChoices(MaskedChoices):
             return {"other": 1}
         return {self.info_key: self.mask.copy()}
 
-    def reset(self, *, seed=None, options=None):
-        obs, _ = super().reset(seed=seed, options=options)
-        return obs["obs"], self._info()
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
-        return obs["obs"], reward, terminated, truncated, {**info, **self._info()}
-
-
-class InfoMaskedMultiChoices(MaskedMultiChoices):
+class InfoMaskedMultiChoices(_MaskInInfo, MaskedMultiChoices):
     """MaskedMultiChoices giving its mask in info as a tuple of per-factor masks (Gymnasium's
     `MultiDiscrete.sample(mask=...)` form), beside a Box observation."""
 
@@ -151,11 +159,3 @@ class InfoMaskedMultiChoices(MaskedMultiChoices):
 
     def _info(self) -> dict:
         return {"action_mask": tuple(np.split(self.mask.copy(), np.cumsum(self.NVEC)[:-1]))}
-
-    def reset(self, *, seed=None, options=None):
-        obs, _ = super().reset(seed=seed, options=options)
-        return obs["obs"], self._info()
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
-        return obs["obs"], reward, terminated, truncated, {**info, **self._info()}
