@@ -181,7 +181,7 @@ def test_tictactoe_trains_with_ppo_and_evaluates_against_random(parallel, tmp_pa
     row = json.loads((run_dir / "evaluations.jsonl").read_text().splitlines()[-1])
     assert row["opponent"] == str(checkpoint) and row["eval_episodes"] == 10 and row["illegal_actions"] == 0
     refused = run_rlpar("-m", "rlpar", "evaluate", str(run_dir), "--opponent", "nobody", "--no-video", cwd=tmp_path)
-    assert refused.returncode == 2 and "--opponent: expected self, random or a checkpoint file" in refused.stderr
+    assert refused.returncode == 2 and "--opponent: expected self, random, scripted or a checkpoint file" in refused.stderr
 
 
 def test_the_game_renders_frames_for_an_evaluations_video():
