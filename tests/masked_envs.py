@@ -159,3 +159,22 @@ class InfoMaskedMultiChoices(_MaskInInfo, MaskedMultiChoices):
 
     def _info(self) -> dict:
         return {"action_mask": tuple(np.split(self.mask.copy(), np.cumsum(self.NVEC)[:-1]))}
+
+
+def masked_actions_in_training(make_cfg, tmp_path, *overrides, iterations: int, name: str = "masked") -> tuple[int, list[dict]]:
+    """Train `iterations` iterations of the run `overrides` compose (a small network, no
+    checkpoints), its environments writing a line to a `record` file for every masked action
+    they are sent, in any process. Built without validation, whose probe's random steps would
+    be counted. The masked actions and the iterations' rows."""
+    from rlpar.runtime.build import build_trainer
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    record = tmp_path / f"{name}.txt"
+    cfg = make_cfg(*overrides, f"+env.kwargs.record={record}", "model.hidden_sizes=[16]", "checkpoint.every=0",
+                   run_dir=tmp_path / "run")
+    trainer = build_trainer(cfg)
+    try:
+        rows = [trainer.train() for _ in range(iterations)]
+    finally:
+        trainer.close()
+    return (record.read_text().count("\n") if record.exists() else 0), rows

@@ -395,19 +395,14 @@ def test_ray_actors_on_both_nodes_take_no_masked_action(cluster, make_cfg, tmp_p
 def test_mappo_agents_on_ray_actors_take_no_masked_action(cluster, make_cfg, tmp_path, env):
     """PettingZoo agents' masks (in their observations, or moved there from their infos) on Ray
     actors: every masked action an environment is sent is a line in `record`, which must stay absent."""
-    from rlpar.runtime.build import build_trainer
+    from tests.masked_envs import masked_actions_in_training
 
-    record = tmp_path / "masked.txt"
-    cfg = make_cfg("env=pettingzoo", "algo=mappo", *env, f"+env.kwargs.record={record}", "env.global_state=observations",
-                   "parallel=distributed", "workers=2", "envs_per_worker=1", "algo.rollout_length=20",
-                   "model.hidden_sizes=[16]", "checkpoint.every=0", run_dir=tmp_path / "run")
-    trainer = build_trainer(cfg)  # no validation probe: its random steps would be counted
-    try:
-        rows = [trainer.train() for _ in range(3)]
-    finally:
-        trainer.close()
+    masked, rows = masked_actions_in_training(
+        make_cfg, tmp_path, "env=pettingzoo", "algo=mappo", *env, "env.global_state=observations",
+        "parallel=distributed", "workers=2", "envs_per_worker=1", "algo.rollout_length=20", iterations=3,
+    )
     assert rows[-1]["num_nodes"] == 2 and rows[-1]["agent_steps"] == 3 * 20 * 2
-    assert not record.exists(), record.read_text().count("\n")
+    assert masked == 0
 
 
 def test_the_opponent_pool_reaches_ray_actors_and_their_games_match_local(cluster, make_cfg, tmp_path):

@@ -15,7 +15,7 @@ from rlpar.models.q_spec import QNetworkSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.evaluation import evaluate_policy
-from tests.masked_envs import MaskedChoices, MaskedMultiChoices
+from tests.masked_envs import MaskedChoices, MaskedMultiChoices, masked_actions_in_training
 
 MASKED_ENV = "env.entry_point=tests.masked_envs:MaskedChoices"
 
@@ -262,18 +262,11 @@ SLOW_ALGORITHMS = {"ppo-gru", "apex"}  # the full tier's: several seconds each
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_ALGORITHMS else n for n in ALGORITHMS])
 def test_every_discrete_algorithm_trains_without_masked_actions(make_cfg, tmp_path, name):
     """Environments in worker processes count masked actions in a file (`record`)."""
-    record = tmp_path / "masked.txt"
     overrides = ALGORITHMS[name]
     env = () if any(o.startswith("env.entry_point=") for o in overrides) else (MASKED_ENV,)
-    cfg = make_cfg(*overrides, *env, f"+env.kwargs.record={record}", "model.hidden_sizes=[16]",
-                   "envs_per_worker=2", "checkpoint.every=0", run_dir=tmp_path / "run")
-    trainer = build_trainer(cfg)  # no validation probe: its random steps would be counted
-    try:
-        rows = [trainer.train() for _ in range(6)]
-    finally:
-        trainer.close()
+    masked, rows = masked_actions_in_training(make_cfg, tmp_path, *overrides, *env, "envs_per_worker=2", iterations=6)
     assert rows[-1]["env_steps"] >= 60
-    assert not record.exists(), record.read_text().count("\n")
+    assert masked == 0
 
 
 @pytest.mark.parametrize("env_cls", [MaskedChoices, MaskedMultiChoices], ids=["discrete", "multidiscrete"])

@@ -11,7 +11,7 @@ from rlpar.config.validate import ConfigError, validate_config
 from rlpar.envs.factory import EnvSpec, make_env
 from rlpar.envs.wrapping import ActionMaskFromInfo
 from rlpar.runtime.build import build_trainer
-from tests.masked_envs import InfoMaskedChoices, InfoMaskedMultiChoices
+from tests.masked_envs import InfoMaskedChoices, InfoMaskedMultiChoices, masked_actions_in_training
 
 INFO_ENV = ("env.entry_point=tests.masked_envs:InfoMaskedChoices", "env.action_mask_info_key=action_mask")
 
@@ -57,16 +57,12 @@ def test_training_takes_no_masked_action_with_the_mask_in_info(make_cfg, tmp_pat
     env.action_mask_info_key the same run takes them."""
 
     def masked_in_training(*extra) -> int:
-        record = tmp_path / f"masked{len(extra)}.txt"
-        cfg = make_cfg(*INFO_ENV, *overrides, *extra, f"+env.kwargs.record={record}", "model.hidden_sizes=[16]",
-                       "envs_per_worker=2", "algo.rollout_length=32", "checkpoint.every=0", run_dir=tmp_path / "run")
-        trainer = build_trainer(cfg)  # no validation probe: its steps would be counted
-        try:
-            rows = [trainer.train() for _ in range(4)]
-        finally:
-            trainer.close()
+        masked, rows = masked_actions_in_training(
+            make_cfg, tmp_path / f"run{len(extra)}", *INFO_ENV, *overrides, *extra, "envs_per_worker=2",
+            "algo.rollout_length=32", iterations=4,
+        )
         assert rows[-1]["env_steps"] >= 100
-        return record.read_text().count("\n") if record.exists() else 0
+        return masked
 
     assert masked_in_training() == 0
     assert masked_in_training("env.action_mask_info_key=null") > 5  # the count counts

@@ -17,6 +17,7 @@ from rlpar.models.multi_agent import MultiAgentSpec
 from rlpar.models.spec import PolicySpec
 from rlpar.runtime.build import build_trainer
 from rlpar.runtime.evaluation import evaluate_policy
+from tests.masked_envs import masked_actions_in_training
 from tests.multi_agent_envs import MaskedPickers
 
 PICKERS = EnvSpec(kind="pettingzoo", entry_point="tests.multi_agent_envs:masked_pickers")
@@ -95,15 +96,11 @@ def test_ippo_and_mappo_train_without_masked_actions(make_cfg, tmp_path, overrid
     reading the mask as an observation (action_mask_key=null) takes them."""
 
     def masked_in_training(*extra) -> tuple[int, dict]:
-        record = tmp_path / f"masked{len(extra)}.txt"
-        cfg = make_cfg(*MASKED_ENV, *overrides, *extra, f"+env.kwargs.record={record}", "model.hidden_sizes=[16]",
-                       "algo.rollout_length=20", "envs_per_worker=2", "checkpoint.every=0", run_dir=tmp_path / "run")
-        trainer = build_trainer(cfg)  # no validation probe: its steps would be counted
-        try:
-            rows = [trainer.train() for _ in range(4)]
-        finally:
-            trainer.close()
-        return (record.read_text().count("\n") if record.exists() else 0), rows[-1]
+        masked, rows = masked_actions_in_training(
+            make_cfg, tmp_path / f"run{len(extra)}", *MASKED_ENV, *overrides, *extra, "algo.rollout_length=20",
+            "envs_per_worker=2", iterations=4,
+        )
+        return masked, rows[-1]
 
     masked, last = masked_in_training()
     assert last["agent_steps"] >= 3 * 20 * 2 and np.isfinite(last["picker/loss_value"])
