@@ -271,6 +271,12 @@ def _algo_keys(c: ConfigView) -> frozenset[str]:
     return accepted_keys(algorithm) if algorithm is not None else frozenset()
 
 
+def _central_inference(c: ConfigView) -> bool:
+    """A server beside the learner acts for the workers' environments (local sampling acts in
+    the learner's process anyway)."""
+    return c.get("parallel.inference") == "central" and c.get("parallel.name") != "local"
+
+
 def _check_env(c: ConfigView, check_env: bool):
     """The env group's keys and, with `check_env`, one environment probed; returns the probe."""
     from rlpar.envs.factory import (
@@ -300,6 +306,12 @@ def _check_env(c: ConfigView, check_env: bool):
         c.choice("env.api", API_MODES)
     turn_based = pettingzoo and _turn_based(c)
     multi_agent = pettingzoo and not turn_based
+    if turn_based and c.get("env.opponent") == "self" and _central_inference(c):
+        c.problems.append(
+            "env.opponent=self: the self opponent moves on the rollout workers, and parallel.inference=central "
+            "leaves them without the policy (it would move at random); use parallel.inference=worker, or "
+            "env.opponent=pool, whose snapshots act on the workers"
+        )
     if turn_based and c.algorithm and c.algorithm.get("multi_agent"):
         c.problems.append(
             f"env=pettingzoo: {c.get('env.id') or c.get('env.entry_point')} is a turn-based game, played as a "

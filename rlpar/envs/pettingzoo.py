@@ -697,6 +697,10 @@ class TurnBasedGame(gym.Env):
         self._episodes += 1
         if self.opponent == "pool":
             self.facing = "self" if self._lineup is None else self._lineup.draw(self._rng)
+            if self.facing == "self" and self._policy is None and self._lineup is not None:
+                # a worker without the current policy (central inference acts only for the
+                # learner's seat): the newest snapshot plays instead of random moves
+                self.facing = self._lineup.newest() or "self"
         self.game.reset(seed=seed)
         self._return, self._illegal = 0.0, 0
         self._play_opponents()

@@ -290,3 +290,8 @@ class OpponentLineup:
     def policy(self, label: str):
         """Snapshot `label`'s acting policy; None where the pool holds no such snapshot."""
         return self.policies.get(label)
+
+    def newest(self) -> str | None:
+        """The label of the newest snapshot held (None: none yet)."""
+        versions = [int(label[len(SNAPSHOT_PREFIX) :]) for label in self.policies]
+        return snapshot_label(max(versions)) if versions else None

@@ -426,6 +426,8 @@ def test_the_opponent_pool_reaches_ray_actors_and_their_games_match_local(cluste
             trainer.close()
     assert any(set(r["games_by_opponent"]) & {"v0", "v2", "v4"} for r in rows["local"])
     assert rows["distributed"] == rows["local"]
-    # central inference: the `self` opponent has no policy on the actors (random moves), snapshots do
+    # central inference: no current policy on the actors, so the newest snapshot plays the `self`
+    # draws once the pool has come (the first games, drawn before it, play self's random moves)
     central = rows["distributed-central"]
     assert any(set(r["games_by_opponent"]) & {"v0", "v2", "v4"} for r in central)
+    assert all("self" not in r["games_by_opponent"] for r in central[2:])

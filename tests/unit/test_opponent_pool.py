@@ -138,6 +138,39 @@ def test_each_game_draws_its_opponent_from_the_lineup_with_its_own_generator():
     assert shares == pytest.approx({"self": 0.4, "random": 0.3, "v0": 0.3}, abs=0.08)
 
 
+def test_a_game_without_the_current_policy_plays_self_draws_against_the_newest_snapshot(make_cfg):
+    """A worker under central inference holds no acting copy of the current policy: the pool's
+    `self` draws are played by its newest snapshot, never by random moves labelled self; and
+    env.opponent=self is refused there in one line."""
+    spec = resolve_env_spec(kind="pettingzoo", id=TICTACTOE, opponent="pool")
+    policy_spec, _ = probe_policy_spec(spec, PolicySpec)
+    weights = {k: v.detach().numpy() for k, v in policy_spec.build().state_dict().items()}
+    pool = OpponentPool(OpponentPoolConfig(self_fraction=0.5, reference_fraction=0.25, sampling="uniform"))
+    for version in (0, 5, 10):
+        payload = pool.riding_with({}, version, lambda: weights)[OPPONENT_POOL_KEY]
+    lineup = OpponentLineup(policy_spec.acting_policy)
+    lineup.update(payload)
+    assert lineup.newest() == "v10" and OpponentLineup(policy_spec.acting_policy).newest() is None
+    env = make_env(spec)
+    env.unwrapped.set_opponent_lineup(lineup)  # and no set_opponent_policy: the central inference worker's case
+    met = []
+    obs, _ = env.reset(seed=3)
+    for _ in range(200):
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        met.append(info["opponent"])
+        obs, _ = env.reset()
+    env.close()
+    assert "self" not in met
+    assert met.count("v10") / len(met) == pytest.approx(0.5 + 0.25 / 3, abs=0.08)  # self's share and its own
+    central = ("parallel=distributed", "parallel.inference=central")
+    with pytest.raises(ConfigError, match="env.opponent=self: the self opponent moves on the rollout workers"):
+        validate_config(make_cfg(*GAME, "env.opponent=self", *central), check_env=False)
+    validate_config(make_cfg(*GAME, "env.opponent=self", "parallel.inference=central"), check_env=False)  # local
+    validate_config(make_cfg(*GAME, *central), check_env=False)  # the pool
+
+
 def test_a_worker_builds_the_lineup_once_per_pool_version_and_returns_the_games():
     spec = resolve_env_spec(kind="pettingzoo", id=TICTACTOE, opponent="pool")
     policy_spec, _ = probe_policy_spec(spec, PolicySpec)
