@@ -207,7 +207,10 @@ class PolicyRequestHandler(BaseHTTPRequestHandler):
         return length
 
     def _discard_body(self) -> None:
-        """Read an unanswered request's body, so the connection stays in step for the next one."""
+        """Read an unanswered request's body (if it has one), so the connection stays in step for
+        the next request; one too large to read ends the connection."""
+        if "Content-Length" not in self.headers:
+            return
         try:
             self.rfile.read(self._length())
         except RequestError:
