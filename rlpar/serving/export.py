@@ -113,9 +113,9 @@ class ExportedPolicy(nn.Module):
         scaled = torch.where(self.bounded, self.low + (clipped + 1.0) * self.half_range, out)
         return scaled.reshape((out.shape[0], *self.action_shape))
 
-    def example_inputs(self) -> tuple[torch.Tensor, ...]:
-        obs = torch.zeros((EXAMPLE_BATCH, *self.obs_shape), dtype=self.obs_dtype)
-        return (obs, torch.zeros(EXAMPLE_BATCH, self.state_size)) if self.recurrent else (obs,)
+    def example_inputs(self, batch: int = EXAMPLE_BATCH) -> tuple[torch.Tensor, ...]:
+        obs = torch.zeros((batch, *self.obs_shape), dtype=self.obs_dtype)
+        return (obs, torch.zeros(batch, self.state_size)) if self.recurrent else (obs,)
 
 
 def _obs_input_shape(policy: Policy) -> tuple[int, ...]:
@@ -158,7 +158,8 @@ def export_policy(policy: Policy, fmt: str, out: Path) -> None:
         with warnings.catch_warnings(), torch.no_grad():
             # torch deprecates TorchScript for torch.export; libtorch (C++) still loads it
             warnings.filterwarnings("ignore", category=DeprecationWarning)
-            torch.jit.trace(model, inputs).save(str(out))
+            # traced again on another batch size: a size the trace fixed is an error here, not a wrong file
+            torch.jit.trace(model, inputs, check_inputs=[model.example_inputs(EXAMPLE_BATCH + 1)]).save(str(out))
     sidecar = {**policy.describe(), "format": fmt, **_signature(model, names, outputs)}
     Path(f"{out}{SIDECAR_SUFFIX}").write_text(json.dumps(sidecar, indent=2) + "\n")
 
@@ -196,6 +197,19 @@ def _export_onnx(model: ExportedPolicy, inputs: tuple, names: list[str], outputs
             )
     finally:
         quiet.setLevel(level)
+    _refuse_a_fixed_batch(out)
+
+
+def _refuse_a_fixed_batch(path: Path) -> None:
+    """torch.onnx falls back to a graph of the example's batch size when the code fixes it (a
+    len() of a tensor): refused, rather than a file that fails on any other batch."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    fixed = [item.name for item in [*graph.input, *graph.output] if not item.type.tensor_type.shape.dim[0].dim_param]
+    if fixed:
+        path.unlink()
+        raise RuntimeError(f"the exported graph fixed the batch size of {', '.join(fixed)} (a bug of rlpar's export)")
 
 
 def _signature(model: ExportedPolicy, names: list[str], outputs: list[str]) -> dict:

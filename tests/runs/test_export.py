@@ -87,6 +87,31 @@ def test_onnx_acts_as_load_policy_without_torch(runs, name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("overrides", [
+    ["env.id=rlpar/PixelGridWorld-v0", "total_steps=1024"],  # a CNN actor-critic on uint8 images
+    ["env.id=rlpar/MultiDiscreteMatch-v0", "total_steps=1024"],  # factored actions, Tuple observations (rows)
+    ["env.entry_point=tests.masked_envs:MaskedMultiChoices", "total_steps=1024"],  # a Dict with an action mask
+    ["algo=td3", "env=pendulum", "total_steps=400", "algo.learning_starts=200"],  # TD3's deterministic actor
+], ids=["cnn", "factored", "masked", "td3"])
+def test_every_model_kind_exports_a_graph_that_acts_as_load_policy(overrides, tmp_path):
+    import onnxruntime
+    from gymnasium.spaces import Box
+    from gymnasium.vector.utils import concatenate, create_empty_array
+
+    run_dir = trained_run(tmp_path / "run", *overrides)
+    export_run(run_dir, "onnx", tmp_path / "policy.onnx")
+    policy = load_policy(run_dir)
+    space = policy.observation_space
+    observations = [space.sample() for _ in range(16)]  # random masks included
+    stacked = concatenate(space, observations, create_empty_array(space, len(observations)))
+    graph_input = stacked if isinstance(space, Box) else policy.rows(observations, batch=False)  # rows: the sidecar's
+    dtype = np.uint8 if policy.spec.obs_dtype == "uint8" else np.float32
+    actions = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx")).run(None, {"obs": graph_input.astype(dtype)})[0]
+    expected, _ = policy.act(stacked)
+    assert actions.shape == expected.shape and np.abs(actions - expected).max() <= TOLERANCE
+
+
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", ["ppo_pendulum", "ppo_lstm_cartpole"])
 def test_torchscript_acts_as_load_policy(runs, name, tmp_path):
