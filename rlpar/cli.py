@@ -400,6 +400,12 @@ def _integer_at_least(low: int, expected: str):
     return parse
 
 
+def _run_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)"
+    )
+
+
 def evaluate(argv: list[str]) -> int:
     parser = _OneLineParser(
         prog="rlpar evaluate",
@@ -407,9 +413,7 @@ def evaluate(argv: list[str]) -> int:
         "returns, append them to RUN_DIR/evaluations.jsonl and TensorBoard (and W&B for a logger=wandb "
         "run), and record videos in RUN_DIR/videos/.",
     )
-    parser.add_argument(
-        "run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)"
-    )
+    _run_dir_argument(parser)
     parser.add_argument(
         "--episodes",
         type=_integer_at_least(1, "a positive integer"),
@@ -498,9 +502,7 @@ def evaluate(argv: list[str]) -> int:
 # -- export and serve: a policy outside its run -----------------------------------------------
 def _policy_arguments(parser: argparse.ArgumentParser) -> None:
     """What export and serve share with evaluate: the run, its checkpoint, and --trust."""
-    parser.add_argument(
-        "run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)"
-    )
+    _run_dir_argument(parser)
     parser.add_argument(
         "--checkpoint",
         default=None,

@@ -160,7 +160,7 @@ def export_policy(policy: Policy, fmt: str, out: Path) -> None:
             warnings.filterwarnings("ignore", category=DeprecationWarning)
             # traced again on another batch size: a size the trace fixed is an error here, not a wrong file
             torch.jit.trace(model, inputs, check_inputs=[model.example_inputs(EXAMPLE_BATCH + 1)]).save(str(out))
-    sidecar = {**policy.describe(), "format": fmt, **_signature(model, names, outputs)}
+    sidecar = {**policy.describe(), "format": fmt, **_signature(model, names, outputs), **_rows(policy, model)}
     Path(f"{out}{SIDECAR_SUFFIX}").write_text(json.dumps(sidecar, indent=2) + "\n")
 
 
@@ -210,6 +210,21 @@ def _refuse_a_fixed_batch(path: Path) -> None:
     if fixed:
         path.unlink()
         raise RuntimeError(f"the exported graph fixed the batch size of {', '.join(fixed)} (a bug of rlpar's export)")
+
+
+def _rows(policy: Policy, model: ExportedPolicy) -> dict:
+    """How an observation becomes the graph's `obs` where that is a flat row, not the space's shape."""
+    if isinstance(policy.observation_space, gym.spaces.Box) and not policy.agents:
+        return {}
+    return {
+        "obs_rows": {
+            "layout": "the observation flattened as training's rows: Box values in order, Discrete and "
+            "MultiDiscrete one-hot, Dict keys and Tuple items concatenated in the space's order"
+            + (", then the agent's one-hot index among `agents`" if policy.agents else ""),
+            "columns": [list(key) for key in getattr(policy.spec, "observation_keys", ())],  # a Dict's keys
+            "width": int(np.prod(model.obs_shape)),
+        }
+    }
 
 
 def _signature(model: ExportedPolicy, names: list[str], outputs: list[str]) -> dict:
