@@ -12,8 +12,8 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def __getattr__(name: str):
-    """`from rlpar import compose_config, build_trainer`, imported on first use (PEP 562) so that
-    `import rlpar` stays cheap: neither torch nor Hydra is loaded by it."""
+    """`from rlpar import compose_config, build_trainer, load_policy`, imported on first use
+    (PEP 562) so that `import rlpar` stays cheap: neither torch nor Hydra is loaded by it."""
     if name == "compose_config":
         from rlpar.config.compose import compose_config
 
@@ -22,6 +22,10 @@ def __getattr__(name: str):
         from rlpar.runtime.build import build_trainer
 
         return build_trainer
+    if name == "load_policy":  # a run's policy outside training (rlpar.serving.policy)
+        from rlpar.serving.policy import load_policy
+
+        return load_policy
     raise AttributeError(f"module 'rlpar' has no attribute '{name}'")
 
 

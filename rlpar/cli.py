@@ -4,6 +4,8 @@
     rlpar config [group=option ...] [key=value ...]  # the config that would run, validated and resolved (--unresolved)
     rlpar evaluate RUN_DIR [--episodes N] [--video/--no-video] [--seed S] [--stochastic] [--opponent WHO] [--trust]
     rlpar report DIR [--out DIR] [--threshold ENV=VALUE] [--benchmark]
+    rlpar export RUN_DIR --format onnx|torchscript --out FILE [--checkpoint C] [--trust]
+    rlpar serve RUN_DIR [--host H] [--port P] [--token T] [--checkpoint C] [--stochastic] [--trust]
 
 Only the standard library and rlpar.interrupts are imported before a command starts: a
 signal during the slow imports that follow (torch, Ray, Hydra) exits 130 at once, as main.py's did.
@@ -23,7 +25,7 @@ from rlpar import interrupts
 from rlpar.logging import startup
 
 LOADER_THREAD = "rlpar-import"
-COMMANDS = ("train", "config", "evaluate", "report")
+COMMANDS = ("train", "config", "evaluate", "report", "export", "serve")
 
 HELP = """usage: rlpar COMMAND [ARGS...]
 
@@ -38,6 +40,9 @@ commands:
   evaluate RUN_DIR       the deterministic policy of a run's newest checkpoint: returns, eval
                          metrics and a video in RUN_DIR/videos/ (`rlpar evaluate --help`)
   report DIR             report.md, results.csv and plots from a sweep or a search
+  export RUN_DIR         the policy as an ONNX or TorchScript file, preprocessing and action
+                         mapping inside, with a JSON description (`rlpar export --help`)
+  serve RUN_DIR          the policy over HTTP: POST /act, GET / (`rlpar serve --help`)
 
 options:
   -h, --help             this help
@@ -73,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate(args)
     if command == "report":
         return report(args)
+    if command == "export":
+        return export(args)
+    if command == "serve":
+        return serve(args)
     hint = f"; to train with it: rlpar train {' '.join(argv)}" if "=" in command else ""
     print(f"rlpar: unknown command '{command}' (commands: {', '.join(COMMANDS)}; rlpar --help){hint}", file=sys.stderr)
     return 2
@@ -391,6 +400,12 @@ def _integer_at_least(low: int, expected: str):
     return parse
 
 
+def _run_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)"
+    )
+
+
 def evaluate(argv: list[str]) -> int:
     parser = _OneLineParser(
         prog="rlpar evaluate",
@@ -398,9 +413,7 @@ def evaluate(argv: list[str]) -> int:
         "returns, append them to RUN_DIR/evaluations.jsonl and TensorBoard (and W&B for a logger=wandb "
         "run), and record videos in RUN_DIR/videos/.",
     )
-    parser.add_argument(
-        "run_dir", type=Path, metavar="RUN_DIR", help="a training run's directory (config.yaml, checkpoints/)"
-    )
+    _run_dir_argument(parser)
     parser.add_argument(
         "--episodes",
         type=_integer_at_least(1, "a positive integer"),
@@ -484,6 +497,130 @@ def evaluate(argv: list[str]) -> int:
     for video in result["videos"]:
         print(f"video: {video}")
     return 0
+
+
+# -- export and serve: a policy outside its run -----------------------------------------------
+def _policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """What export and serve share with evaluate: the run, its checkpoint, and --trust."""
+    _run_dir_argument(parser)
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="C",
+        help="a checkpoint file, or the name of one in RUN_DIR/checkpoints/ (default: the newest that verifies)",
+    )
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="import the code that RUN_DIR's config.yaml names even where this user's key did not sign it "
+        "(as rlpar evaluate --trust)",
+    )
+
+
+def _with_policy_errors(command: str, act) -> int:
+    """`act()`'s exit status; a run it cannot read, bad input or a failure in one line."""
+    from rlpar.errors import first_line
+    from rlpar.runtime.evaluate_run import EvaluateError
+
+    interrupts.stop_on_signals()
+    try:
+        return act()
+    except EvaluateError as err:
+        print(f"rlpar: {command}: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        interrupts.stop_under_way()
+        print("rlpar: interrupted", file=sys.stderr)
+        return interrupts.INTERRUPTED_EXIT_CODE
+    except Exception as err:  # a library failing (the exporter, the environment): named in one line
+        print(f"rlpar: {command} failed: {type(err).__name__}: {first_line(err)}", file=sys.stderr)
+        return 1
+    finally:
+        interrupts.ignore_signals()
+
+
+def export(argv: list[str]) -> int:
+    parser = _OneLineParser(
+        prog="rlpar export",
+        description="Write the greedy policy of a run's checkpoint as one ONNX or TorchScript graph holding its "
+        "observation whitening, action masks, action squashing and scaling (a recurrent one takes and returns its "
+        "state), with FILE.json describing its spaces, inputs and outputs, and where it came from. A multi-agent "
+        "run gives one file per policy, STEM.<policy>.SUFFIX.",
+    )
+    _policy_arguments(parser)
+    parser.add_argument("--format", required=True, choices=("onnx", "torchscript"), help="the file's format")
+    parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the file to write")
+    args = parser.parse_args(argv)
+    interrupts.exit_at_once_on_signals()  # while torch loads
+
+    def write() -> int:
+        from rlpar.serving.export import export_run
+
+        for path in export_run(args.run_dir, args.format, args.out, checkpoint=args.checkpoint, trust=args.trust):
+            print(f"exported: {path} (described in {path}.json)")
+        return 0
+
+    return _with_policy_errors("export", write)
+
+
+def serve(argv: list[str]) -> int:
+    from rlpar.serving.server import TOKEN_VARIABLE, is_loopback
+
+    parser = _OneLineParser(
+        prog="rlpar serve",
+        description="Serve the policy of a run's checkpoint over HTTP until interrupted: POST /act "
+        '{"observation": ..., "session": ID} answers {"action": ...} (a batch: "observations", "sessions"); '
+        'a recurrent policy keeps a state per session, zeroed by "reset": true; GET / describes the policy.',
+    )
+    _policy_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1", metavar="H", help="address to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--port",
+        type=_integer_at_least(0, "a port number"),
+        default=8000,
+        metavar="P",
+        help="port (default 8000; 0: a free one)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        metavar="T",
+        help=f"a secret every request must send (Authorization: Bearer T); needed to bind any address but "
+        f"loopback; also read from ${TOKEN_VARIABLE}",
+    )
+    parser.add_argument(
+        "--stochastic", action="store_true", help="sample actions from the policy instead of taking the greedy ones"
+    )
+    parser.add_argument("--seed", type=int, default=None, metavar="S", help="seed of --stochastic's noise")
+    args = parser.parse_args(argv)
+    token = args.token or os.environ.get(TOKEN_VARIABLE) or None
+    if token is None and not is_loopback(args.host):
+        print(
+            f"rlpar serve: --host {args.host} is reachable from other machines: give --token T (or ${TOKEN_VARIABLE}), "
+            f"which every request must send",
+            file=sys.stderr,
+        )
+        return 2
+    interrupts.exit_at_once_on_signals()  # while torch and Gymnasium load
+
+    def run_server() -> int:
+        from rlpar.serving.policy import load_policy
+        from rlpar.serving.server import make_server
+
+        loaded = load_policy(
+            args.run_dir, args.checkpoint, stochastic=args.stochastic, seed=args.seed, trust=args.trust
+        )
+        try:
+            server = make_server(loaded, args.host, args.port, token)
+        except OSError as err:
+            print(f"rlpar serve: cannot listen on {args.host}:{args.port} ({err.strerror or err})", file=sys.stderr)
+            return 2
+        with server:
+            print(f"serving {args.run_dir} on {server.url} (POST /act, GET /; Ctrl-C stops)", flush=True)
+            server.serve_forever()
+        return 0
+
+    return _with_policy_errors("serve", run_server)
 
 
 # -- report ------------------------------------------------------------------------------------

@@ -139,6 +139,13 @@ class ActionMapper:
             self._low = np.where(self._bounded, low, 0.0)
             self._half_range = np.where(self._bounded, (high - low) / 2.0, 1.0)
 
+    @property
+    def box_scaling(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(low, half range, bounded) per dimension of a Box action: what `to_env` applies to the
+        clipped policy action on bounded dimensions, for a graph that applies it itself
+        (rlpar.serving.export)."""
+        return self._low, self._half_range, self._bounded
+
     def to_env(self, actions: np.ndarray) -> np.ndarray:
         if self.info.factored:
             values = actions + self._starts if self._any_start else actions

@@ -42,7 +42,7 @@ class EvaluateError(Exception):
         self.exit_code = exit_code
 
 
-class _Target(NamedTuple):
+class RunTarget(NamedTuple):
     """What an evaluation plays: the run's environment and network with a checkpoint's weights, from
     `seed` on, and where in training those weights were saved."""
 
@@ -75,12 +75,9 @@ def evaluate_run(
     `opponent` (a turn-based game's): `random`, `self`, `scripted`, or a checkpoint file whose policy plays
     the other seats; None: the run's own `env.opponent` (`self` for a run that trained against a pool)."""
     run_dir = Path(run_dir)
-    config = _run_config(run_dir)
-    checkpoint, state = _newest_checkpoint(run_dir)
-    _refuse_unsigned_code(run_dir, config, trust)
+    config, checkpoint, target = load_run(run_dir, seed=seed, trust=trust)
     use_wandb = bool(wandb or (wandb is None and _wandb_options(config)))
     _refuse_links(run_dir, _written_names(video_episodes, tensorboard, use_wandb))
-    target = _evaluation_target(run_dir, config, checkpoint, state, seed)
     target, opponent_weights = _with_opponent(target, opponent)
 
     prefix = f"{checkpoint.stem}-seed{target.seed}"
@@ -103,7 +100,26 @@ def evaluate_run(
     }
 
 
-def _with_opponent(target: _Target, opponent: str | None) -> tuple[_Target, dict | None]:
+def load_run(
+    run_dir: str | Path,
+    *,
+    checkpoint: str | Path | None = None,
+    seed: int | None = None,
+    trust: bool = False,
+    trust_hint: str | None = None,
+) -> tuple[dict, Path, RunTarget]:
+    """(config.yaml, the checkpoint's path, what it plays) of a run directory, read as evaluate
+    reads it: its newest valid checkpoint, or `checkpoint` (a file, or a name in checkpoints/),
+    weights only; the code config.yaml names imported only where this user's key signed it, or
+    with `trust` (`trust_hint`: how the refusal says to pass it). EvaluateError otherwise."""
+    run_dir = Path(run_dir)
+    config = _run_config(run_dir)
+    path, state = _newest_checkpoint(run_dir) if checkpoint is None else _chosen_checkpoint(run_dir, checkpoint)
+    _refuse_unsigned_code(run_dir, config, trust, trust_hint)
+    return config, path, _evaluation_target(run_dir, config, path, state, seed)
+
+
+def _with_opponent(target: RunTarget, opponent: str | None) -> tuple[RunTarget, dict | None]:
     """The target with a turn-based game's `opponent` (random, self, or a checkpoint file's
     policy, whose weights are returned) in place of the run's; EvaluateError where the run's
     environment is no turn-based game or the checkpoint's policy does not fit."""
@@ -142,14 +158,15 @@ def _with_opponent(target: _Target, opponent: str | None) -> tuple[_Target, dict
     return target._replace(env_spec=spec), weights
 
 
-def _refuse_unsigned_code(run_dir: Path, config: dict, trust: bool) -> None:
+def _refuse_unsigned_code(run_dir: Path, config: dict, trust: bool, trust_hint: str | None = None) -> None:
     """Nothing config.yaml names is imported unless this user's key signed it, or `trust`."""
     from rlpar.runtime.run_dir import unsigned_code
 
     if not trust and (why := unsigned_code(run_dir, config)):
+        hint = trust_hint or f"rlpar evaluate {run_dir} --trust"
         raise EvaluateError(
             f"'{run_dir}': its config.yaml names code to import that this user's key did not sign: "
-            f"{why}; nothing was imported. If you trust that directory: rlpar evaluate {run_dir} --trust"
+            f"{why}; nothing was imported. If you trust that directory: {hint}"
         )
 
 
@@ -168,7 +185,7 @@ def _written_names(video_episodes: int, tensorboard: bool, use_wandb: bool) -> l
     ]
 
 
-def _evaluation_target(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None) -> _Target:
+def _evaluation_target(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None) -> RunTarget:
     """`_what_to_evaluate`, its failure on any value of config.yaml or the checkpoint in one line."""
     from rlpar.errors import first_line
 
@@ -196,7 +213,7 @@ def _video_episodes_possible(video_episodes: int, notes: list[str]) -> int:
 
 
 def _play(
-    target: _Target,
+    target: RunTarget,
     video_dir: Path,
     prefix: str,
     episodes: int,
@@ -254,7 +271,7 @@ def _recorded_videos(video_dir: Path, prefix: str, recorded_lengths: list[int], 
 def _result_row(
     run_dir: Path,
     checkpoint: Path,
-    target: _Target,
+    target: RunTarget,
     stochastic: bool,
     metrics: dict,
     returns: list[float],
@@ -322,7 +339,7 @@ def _summary(row: dict, metrics: dict, episodes: int) -> str:
     )
 
 
-def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None) -> _Target:
+def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict, seed: int | None) -> RunTarget:
     """The run's environment, network and weights, or EvaluateError where they no longer fit."""
     from rlpar.runtime.evaluation import EVAL_SEED_OFFSET
 
@@ -335,7 +352,7 @@ def _what_to_evaluate(run_dir: Path, config: dict, checkpoint: Path, state: dict
     weights = _policy_weights(checkpoint, state)
     _refuse_misfit_weights(config, checkpoint, trained_with, env_spec, policy_spec, weights)
     seed = int(config.get("seed", 0)) + EVAL_SEED_OFFSET if seed is None else int(seed)
-    return _Target(env_spec, policy_spec, weights, seed, int(state["iteration"]), int(state["env_steps"]))
+    return RunTarget(env_spec, policy_spec, weights, seed, int(state["iteration"]), int(state["env_steps"]))
 
 
 def _refuse_changed_model(run_dir: Path, config: dict, checkpoint: Path, trained_with: dict | None) -> None:
@@ -426,6 +443,22 @@ def _newest_checkpoint(run_dir: Path):
     for path, reason in damaged:
         print(f"rlpar: skipped checkpoint {path.name} ({reason}); evaluating {found[0].name}", flush=True)
     return found
+
+
+def _chosen_checkpoint(run_dir: Path, checkpoint: str | Path):
+    """A checkpoint named by the user: a file, or a file in the run's checkpoints/ (verified as the newest is)."""
+    from rlpar.runtime.checkpoint import load_checkpoint
+    from rlpar.runtime.errors import CheckpointError
+
+    path = Path(checkpoint)
+    if not path.is_file() and (run_dir / "checkpoints" / path).is_file():
+        path = run_dir / "checkpoints" / path
+    if not path.is_file():
+        raise EvaluateError(f"checkpoint '{checkpoint}' is neither a file nor one in {run_dir / 'checkpoints'}")
+    try:
+        return path, load_checkpoint(path)
+    except CheckpointError as err:
+        raise EvaluateError(str(err)) from None
 
 
 def _centralised_critic(config: dict) -> bool:

@@ -62,10 +62,7 @@ def evaluate_policy(
     space = env.observation_space
     flatten = flatten_observation_fn(space)  # training's own rows, from a batch of one observation
     batch: Any = create_empty_array(space, 1)  # the space's batch of one: an array, dict or tuple
-    policy = policy_spec.acting_policy()
-    policy.set_weights(weights)
-    if stochastic and hasattr(policy, "epsilon"):
-        policy.epsilon = np.full(1, EVAL_EPSILON)
+    policy = acting_copy(policy_spec, weights, stochastic)
     mapper = ActionMapper(policy_spec.action)
     agents = getattr(policy_spec, "agents_per_env", 0)  # a multi-agent env: its agents' rows, its team's reward
     hand_opponent = getattr(env.unwrapped, "set_opponent_policy", None)
@@ -85,13 +82,7 @@ def evaluate_policy(
             while not done and steps < max_steps:
                 rows = flatten(concatenate(space, [obs], batch))
                 x = policy.normalize(rows.reshape(agents, -1) if agents else rows)
-                noise = (
-                    None
-                    if noise_rng is None
-                    else draw_noise(noise_rng, policy_spec.action, len(x)).astype(
-                        getattr(policy, "dtype", np.float64) if policy_spec.action.discrete else np.float32, copy=False
-                    )
-                )
+                noise = None if noise_rng is None else acting_noise(noise_rng, policy_spec.action, policy, len(x))
                 action, _, _ = policy.act(x, noise, state)  # advances `state`
                 obs, reward, terminated, truncated, info = env.step(
                     mapper.to_env(action) if agents else mapper.to_env(action)[0]
@@ -115,6 +106,22 @@ def evaluate_policy(
         "eval_episodes": num_episodes,
         **(game_outcomes(games) if games else {}),
     }
+
+
+def acting_copy(policy_spec: PolicySpec, weights: dict, stochastic: bool):
+    """The acting copy evaluation plays with: `weights` loaded, and a Q-network's ε at EVAL_EPSILON
+    when it acts `stochastic` (greedy actions ignore it)."""
+    policy = policy_spec.acting_policy()
+    policy.set_weights(weights)
+    if stochastic and hasattr(policy, "epsilon"):
+        policy.epsilon = np.full(1, EVAL_EPSILON)
+    return policy
+
+
+def acting_noise(generator: np.random.Generator, action, policy, rows: int) -> np.ndarray:
+    """A stochastic step's noise for `rows` rows, in the dtype the copy draws with."""
+    dtype = getattr(policy, "dtype", np.float64) if action.discrete else np.float32
+    return draw_noise(generator, action, rows).astype(dtype, copy=False)
 
 
 def game_outcomes(games: list[dict]) -> dict:

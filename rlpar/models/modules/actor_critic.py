@@ -69,10 +69,11 @@ class ActorCriticBase(ActionMasking):
         return self.towers(obs)
 
     def factor_logits(self, out: torch.Tensor) -> torch.Tensor:
-        """Actor outputs [N, sum(nvec)] of a factored action as [N, F, max n]."""
+        """Actor outputs [N, sum(nvec)] of a factored action as [N, F, max n] (N read as
+        `out.shape[0]`, which stays symbolic in an exported graph, where len() fixes it)."""
         if self.factor_columns is None:
-            return out.reshape(len(out), len(self.spec.action.nvec), -1)
-        pad = out.new_full((len(out), 1), torch.finfo(out.dtype).min)
+            return out.reshape(out.shape[0], len(self.spec.action.nvec), -1)
+        pad = out.new_full((out.shape[0], 1), torch.finfo(out.dtype).min)
         return torch.cat([out, pad], dim=1)[:, self.factor_columns]
 
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True):
