@@ -53,6 +53,7 @@ class APPOConfig(IMPALAConfig):
     kl_coef: float = number(0.0, low=0)
     minibatch_size: int = integer(64, low=1)  # always minibatches
     normalize_advantages: bool = override(IMPALAConfig, "normalize_advantages", True)
+    bounds_loss_coef: float = override(IMPALAConfig, "bounds_loss_coef", 0.0)  # the clip keeps its means near
     reuse_per_batch: int = integer(2, low=1)  # epochs over each batch
     buffer_batches: int = integer(4, low=1)  # batches kept for reuse
     target_update_every: int = integer(4, low=1)  # updates between target-network copies
@@ -79,6 +80,7 @@ class APPOLearner(Learner):
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.clip, self.kl_coef = config.clip, config.kl_coef
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
+        self.bounds_loss_coef = config.bounds_loss_coef if not policy_spec.action.discrete else 0.0
         self.minibatch_size, self.normalize_advantages = config.minibatch_size, config.normalize_advantages
         self.reuse_per_batch, self.target_update_every = config.reuse_per_batch, config.target_update_every
         self.compiled = compile_setting(
@@ -111,13 +113,14 @@ class APPOLearner(Learner):
             if entry[1] == 0:
                 self.buffer.remove(entry)
         self.gradient_step.settle()
-        losses = self.minibatch_means(stats, samples, 5).tolist()
+        losses = self.minibatch_means(stats, samples, 6).tolist()
         return {
             "loss_policy": losses[0],
             "loss_value": losses[1],
             "loss_entropy": losses[2],
             "approx_kl": losses[3],
             "clip_fraction": losses[4],
+            "loss_bounds": losses[5],
             "gradient_steps": len(stats),
             "buffered_batches": len(self.buffer),
             **self.step.metrics(),
@@ -144,9 +147,8 @@ class APPOLearner(Learner):
         """The loss of one minibatch and its parts (what algo.compile compiles). A recurrent
         policy's minibatch is pieces ([L, P] arrays, `initial_state` and `valid`): the loss is
         over their valid steps."""
-        logp, entropy, values = evaluate_steps(
-            self.model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
-        )
+        data = {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
+        logp, entropy, values, bounds = evaluate_steps(self.model, data, with_bounds=True)
         if valid is not None:
             behaviour_logp, target_logp, advantages, returns = (
                 valid_steps(x, valid) for x in (behaviour_logp, target_logp, advantages, returns)
@@ -155,10 +157,13 @@ class APPOLearner(Learner):
             advantages = self.peers.normalize(advantages)
         p_loss = clipped_policy_loss(logp, behaviour_logp, advantages, self.clip)
         v_loss = value_loss(values, returns, None, None)
-        entropy = entropy.mean()
+        entropy, bounds = entropy.mean(), bounds.mean()
         kl = approx_kl(logp, target_logp) if self.kl_coef == 0 else _kl_with_grad(logp, target_logp)
         loss = p_loss + self.value_coef * v_loss - self.entropy_coef * entropy + self.kl_coef * kl
-        return loss, torch.stack((p_loss, v_loss, entropy, kl, clip_fraction(logp, behaviour_logp, self.clip)))
+        if self.bounds_loss_coef:
+            loss = loss + self.bounds_loss_coef * bounds
+        parts = (p_loss, v_loss, entropy, kl, clip_fraction(logp, behaviour_logp, self.clip), bounds)
+        return loss, torch.stack(parts)
 
     def state_dict(self) -> dict:
         """Model, optimiser and counters, the target network and the buffer (a resumed local run

@@ -51,6 +51,9 @@ class IMPALAConfig(ActorCriticConfig):
     batches_per_update: int = integer(1, low=1)  # worker rollouts per update
     minibatch_size: int | None = integer(64, low=1, optional=True)  # None: one step on the whole batch
     normalize_advantages: bool = flag(True)  # over each minibatch
+    # Box actions: the weight of the penalty on Gaussian means past their action bounds
+    # (ActorCriticBase.bounds_penalty); 0: none
+    bounds_loss_coef: float = number(0.01, low=0)
     sequence_length: int | None = integer(None, low=1, optional=True)  # a recurrent policy's pieces (None: rollout)
 
     @classmethod
@@ -87,6 +90,7 @@ class IMPALALearner(Learner):
         )
         self.lr = LearningRate(config.lr, config.anneal_lr, config.min_lr_fraction)
         self.value_coef, self.entropy_coef = config.value_coef, config.entropy_coef
+        self.bounds_loss_coef = config.bounds_loss_coef if not policy_spec.action.discrete else 0.0
         self.compiled = compile_setting(
             config.compile,
             expected_gradient_steps=total_steps // (config.minibatch_size or batch_steps),
@@ -118,12 +122,13 @@ class IMPALALearner(Learner):
             stats, samples = self.minibatch_pass(data, self.minibatch_size)
             self.gradient_step.settle()
             steps = len(stats)
-            parts = self.minibatch_means(stats, samples, 3)
-        loss_policy, loss_value, loss_entropy = parts.tolist()
+            parts = self.minibatch_means(stats, samples, 4)
+        loss_policy, loss_value, loss_entropy, loss_bounds = parts.tolist()
         return {
             "loss_policy": loss_policy,
             "loss_value": loss_value,
             "loss_entropy": loss_entropy,
+            "loss_bounds": loss_bounds,
             "gradient_steps": steps,
             **self.step.metrics(),
         }
@@ -131,16 +136,18 @@ class IMPALALearner(Learner):
     def batch_loss(self, obs, actions, pg_advantages, returns, initial_state=None, valid=None):
         """The loss of a batch's valid steps and its parts (what algo.compile compiles). A
         recurrent policy's batch is whole rollouts ([T, E] arrays, `initial_state` and `valid`)."""
-        logp, entropy, values = evaluate_steps(
-            self.model, {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
-        )
+        data = {"obs": obs, "actions": actions, "initial_state": initial_state, "valid": valid}
+        logp, entropy, values, bounds = evaluate_steps(self.model, data, with_bounds=True)
         pg_advantages, returns = valid_steps(pg_advantages, valid), valid_steps(returns, valid)
         if self.normalize_advantages:  # over the minibatch: all its rows, every learner's
             pg_advantages = self.peers.normalize(pg_advantages)
         p_loss = policy_gradient_loss(logp, pg_advantages)
         v_loss = value_loss(values, returns, None, None)
-        entropy = entropy.mean()
-        return p_loss + self.value_coef * v_loss - self.entropy_coef * entropy, torch.stack((p_loss, v_loss, entropy))
+        entropy, bounds = entropy.mean(), bounds.mean()
+        loss = p_loss + self.value_coef * v_loss - self.entropy_coef * entropy
+        if self.bounds_loss_coef:
+            loss = loss + self.bounds_loss_coef * bounds
+        return loss, torch.stack((p_loss, v_loss, entropy, bounds))
 
 
 class IMPALA(Algorithm):

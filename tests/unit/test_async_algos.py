@@ -83,3 +83,44 @@ def test_appo_resumes_exactly_with_its_target_network_and_buffer(make_cfg, tmp_p
     resumed.close()
     keys = ("env_steps", "episodes", "episode_return_mean", "loss_policy", "loss_value", "gradient_steps")
     assert [{k: r[k] for k in keys} for r in rows[3:]] == [{k: r[k] for k in keys} for r in again]
+
+
+def test_impala_pulls_gaussian_means_back_inside_the_action_bounds(make_cfg, tmp_path):
+    """The bounds penalty (ActorCriticBase.bounds_penalty): 0 within MEAN_SOFT_BOUND of the
+    normalised range, the squared excess past it, unbounded dimensions left out. IMPALA's update
+    on Pendulum, with the actor's mean pushed far past its bound (every draw clipped to the same
+    torque, as in a run that collapsed), brings it back; with algo.bounds_loss_coef=0 it stays."""
+    import dataclasses
+
+    import torch
+
+    from rlpar.envs.spaces import ActionInfo
+    from rlpar.models.modules.actor_critic import MEAN_SOFT_BOUND
+    from rlpar.models.spec import PolicySpec
+
+    box = ActionInfo(discrete=False, size=3, low=(-2.0, -1.0, -float("inf")), high=(2.0, 1.0, float("inf")))
+    model = dataclasses.replace(PolicySpec(obs_dim=2, action=box), hidden_sizes=(8,)).build()
+    out = torch.tensor([[0.5, -1.0, 9.0], [MEAN_SOFT_BOUND + 2.0, -(MEAN_SOFT_BOUND + 0.5), -9.0]])
+    assert model.bounds_penalty(out).tolist() == pytest.approx([0.0, 4.0 + 0.25])
+    logp, _, _, bounds = model.action_terms(out, torch.zeros(2), torch.zeros(2, 3), False, with_bounds=True)
+    assert torch.equal(bounds, model.bounds_penalty(out)) and logp.shape == (2,)
+
+    means = {}
+    for coef in (0.01, 0.0):
+        trainer = build_trainer(make_cfg("algo=impala", "env=pendulum", "preset=null", "total_steps=100000",
+                                         f"algo.bounds_loss_coef={coef}", "checkpoint.every=0",
+                                         run_dir=tmp_path / f"b{coef}"))
+        try:
+            model = trainer.algorithm.model
+            with torch.no_grad():
+                model.biases[-1][0, 0, 0] += 6.0  # the actor's mean: about 6 (in [-1, 1] units), all draws at +2
+            rows = [trainer.train() for _ in range(25)]
+            obs = torch.zeros(16, model.spec.obs_dim)
+            with torch.no_grad():
+                means[coef] = float(model.towers(obs)[0].mean())
+        finally:
+            trainer.close()
+        assert all(r["loss_bounds"] >= 0 for r in rows) and rows[0]["loss_bounds"] > 1.0
+    # without the penalty nothing moves the mean (no advantage tells clipped draws apart); with it,
+    # Adam walks it back at about lr (1e-3) a gradient step
+    assert means[0.0] == pytest.approx(6.0, abs=0.05) and means[0.01] < means[0.0] - 0.25, means

@@ -93,16 +93,17 @@ def minibatches(data: dict, order: torch.Tensor, *, size: int, count: int | None
         yield {k: v[first * size : (first + group) * size].view(group, size, *v.shape[1:]) for k, v in shuffled.items()}
 
 
-def evaluate_steps(model, data: dict, *, with_entropy: bool = True):
-    """The model's log-probabilities, entropies and values for `data`'s actions: flat steps for a
-    feed-forward model; for a recurrent one, the valid steps of `data`'s pieces, flat and
-    time-major (as `valid_steps` takes the other arrays)."""
+def evaluate_steps(model, data: dict, *, with_entropy: bool = True, with_bounds: bool = False):
+    """The model's log-probabilities, entropies and values for `data`'s actions (and, `with_bounds`,
+    each step's bounds penalty): flat steps for a feed-forward model; for a recurrent one, the
+    valid steps of `data`'s pieces, flat and time-major (as `valid_steps` takes the other arrays)."""
     if not model.recurrent:
-        return model.evaluate_actions(data["obs"], data["actions"], with_entropy=with_entropy)
+        return model.evaluate_actions(data["obs"], data["actions"], with_entropy=with_entropy, with_bounds=with_bounds)
     return model.evaluate_actions(
         data["obs"],
         data["actions"],
         with_entropy=with_entropy,
+        with_bounds=with_bounds,
         initial_state=data["initial_state"],
         valid=data["valid"],
     )

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # the spec builds these classes: importing it here would be a
 ACTIVATION_FUNCTIONS = {"tanh": torch.tanh, "relu": torch.relu, "elu": nn.functional.elu}
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 ACTOR, CRITIC = 0, 1
+# A bounded Box action's Gaussian mean is in the range's own units, [-1, 1] (rlpar.envs.spaces
+# ActionMapper clips there); past this soft bound the bounds penalty grows (rl_games' bounds loss).
+MEAN_SOFT_BOUND = 1.1
 
 
 class ActorCriticBase(ActionMasking):
@@ -39,6 +42,7 @@ class ActorCriticBase(ActionMasking):
 
     recurrent = False  # a recurrent network reads sequences (recurrent.py)
     state_size = 0
+    bounded_actions: torch.Tensor  # Box actions: 1.0 where a dimension has finite bounds (a buffer)
 
     def __init__(self, spec: PolicySpec):
         super().__init__()
@@ -60,6 +64,9 @@ class ActorCriticBase(ActionMasking):
     def _add_log_std(self) -> None:
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((self.spec.action.size,), float(self.spec.init_log_std)))
+            low, high = self.spec.action.low, self.spec.action.high
+            bounded = [math.isfinite(lo) and math.isfinite(hi) for lo, hi in zip(low or (), high or ())]
+            self.register_buffer("bounded_actions", torch.tensor(bounded, dtype=torch.float32), persistent=False)
 
     def towers(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -76,14 +83,27 @@ class ActorCriticBase(ActionMasking):
         pad = out.new_full((out.shape[0], 1), torch.finfo(out.dtype).min)
         return torch.cat([out, pad], dim=1)[:, self.factor_columns]
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True):
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor, with_entropy: bool = True, with_bounds: bool = False
+    ):
         """Log-probabilities, entropies (None unless asked) and values, written out by hand:
         torch.distributions does the same maths with several times the per-call overhead.
-        Factored actions ([N, F] indices): the factors' log-probabilities and entropies, summed."""
+        Factored actions ([N, F] indices): the factors' log-probabilities and entropies, summed.
+        `with_bounds`: a fourth output, each step's `bounds_penalty` (Box actions)."""
         out, values = self.towers(obs)
-        return self.action_terms(out, values, actions, with_entropy)
+        return self.action_terms(out, values, actions, with_entropy, with_bounds)
 
-    def action_terms(self, out: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, with_entropy: bool):
+    def bounds_penalty(self, out: torch.Tensor) -> torch.Tensor:
+        """Per step, the squared distance of the Gaussian mean beyond MEAN_SOFT_BOUND, summed
+        over the bounded action dimensions. Once a mean is far past its bound every draw is
+        clipped to the same action, and no advantage can tell the draws apart to bring it back
+        (an unclipped policy gradient, IMPALA's, has no trust region to keep it from going there)."""
+        excess = torch.relu(out.abs() - MEAN_SOFT_BOUND) * self.bounded_actions
+        return excess.square().sum(-1)
+
+    def action_terms(
+        self, out: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, with_entropy: bool, with_bounds=False
+    ):
         """`evaluate_actions` from the network's outputs: what recurrent networks share."""
         if out.dtype in (torch.bfloat16, torch.float16):  # under autocast (algo.precision): the heads' maths in float32
             out, values = out.float(), values.float()
@@ -103,6 +123,8 @@ class ActorCriticBase(ActionMasking):
             logp = (-0.5 * z.pow(2)).sum(-1) - (self.log_std.sum() + LOG_SQRT_2PI * self.num_outputs)
             if with_entropy:
                 entropy = (0.5 + LOG_SQRT_2PI + self.log_std).sum().expand(len(out))
+        if with_bounds:
+            return logp, entropy, values, (out.new_zeros(len(out)) if self.discrete else self.bounds_penalty(out))
         return logp, entropy, values
 
 

@@ -183,6 +183,7 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
         obs: torch.Tensor,
         actions: torch.Tensor,
         with_entropy: bool = True,
+        with_bounds: bool = False,
         *,
         initial_state: torch.Tensor,
         valid: torch.Tensor,
@@ -198,6 +199,7 @@ class RecurrentActorCritic(RecurrentEncoding, ActorCriticBase):
             values.reshape(-1)[keep],
             actions.reshape((T * E,) + actions.shape[2:])[keep],
             with_entropy,
+            with_bounds,
         )
 
 
