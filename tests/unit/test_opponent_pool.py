@@ -108,6 +108,21 @@ def test_validation_names_every_problem_of_the_pool_in_one_message(make_cfg):
     validate_config(make_cfg(*GAME), check_env=False)  # the defaults pass
 
 
+def opponents_met(env, games: int) -> list[str]:
+    """The opponent of each of `games` games from `reset(seed=3)`, the learner taking its first
+    legal move every turn; closes `env`."""
+    met = []
+    obs, _ = env.reset(seed=3)
+    for _ in range(games):
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        met.append(info["opponent"])
+        obs, _ = env.reset()
+    env.close()
+    return met
+
+
 def test_each_game_draws_its_opponent_from_the_lineup_with_its_own_generator():
     spec = resolve_env_spec(kind="pettingzoo", id=TICTACTOE, opponent="pool")
     policy_spec, _ = probe_policy_spec(spec, PolicySpec)
@@ -123,16 +138,7 @@ def test_each_game_draws_its_opponent_from_the_lineup_with_its_own_generator():
         own = policy_spec.acting_policy()
         own.set_weights(weights)
         env.unwrapped.set_opponent_policy(own)
-        games = []
-        obs, _ = env.reset(seed=3)
-        for _ in range(300):
-            done = False
-            while not done:
-                obs, _, done, _, info = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
-            games.append(info["opponent"])
-            obs, _ = env.reset()
-        env.close()
-        met.append(games)
+        met.append(opponents_met(env, 300))
     assert met[0] == met[1]  # seeded: the same opponents in the same order
     shares = {who: met[0].count(who) / len(met[0]) for who in ("self", "random", "v0")}
     assert shares == pytest.approx({"self": 0.4, "random": 0.3, "v0": 0.3}, abs=0.08)
@@ -153,15 +159,7 @@ def test_a_game_without_the_current_policy_plays_self_draws_against_the_newest_s
     assert lineup.newest() == "v10" and OpponentLineup(policy_spec.acting_policy).newest() is None
     env = make_env(spec)
     env.unwrapped.set_opponent_lineup(lineup)  # and no set_opponent_policy: the central inference worker's case
-    met = []
-    obs, _ = env.reset(seed=3)
-    for _ in range(200):
-        done = False
-        while not done:
-            obs, _, done, _, info = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
-        met.append(info["opponent"])
-        obs, _ = env.reset()
-    env.close()
+    met = opponents_met(env, 200)
     assert "self" not in met
     assert met.count("v10") / len(met) == pytest.approx(0.5 + 0.25 / 3, abs=0.08)  # self's share and its own
     central = ("parallel=distributed", "parallel.inference=central")
