@@ -64,9 +64,12 @@ class ActorCriticBase(ActionMasking):
     def _add_log_std(self) -> None:
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((self.spec.action.size,), float(self.spec.init_log_std)))
-            low, high = self.spec.action.low, self.spec.action.high
-            bounded = [math.isfinite(lo) and math.isfinite(hi) for lo, hi in zip(low or (), high or ())]
-            self.register_buffer("bounded_actions", torch.tensor(bounded, dtype=torch.float32), persistent=False)
+            size, action = self.spec.action.size, self.spec.action
+            low, high = (
+                torch.as_tensor(math.inf if b is None else b, dtype=torch.float64) for b in (action.low, action.high)
+            )
+            bounded = torch.isfinite(low.expand(size)) & torch.isfinite(high.expand(size))  # a bound may be one number
+            self.register_buffer("bounded_actions", bounded.float(), persistent=False)
 
     def towers(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
