@@ -73,10 +73,11 @@ class TimedRun:
 
 
 def run_main_timed(overrides: list[str], *, python: Path | str = sys.executable, timeout_s: float,
-                   env: dict | None = None, poll_s: float = 0.02) -> TimedRun:
+                   env: dict | None = None, poll_s: float = 0.02, stop_when=None) -> TimedRun:
     """`main.py OVERRIDES progress=false run_dir=<temp folder>` as a user runs it, its metrics rows
     timed from the launch as they arrive (polled every `poll_s`: the arrival times are, if
-    anything, late); killed after `timeout_s`."""
+    anything, late); killed after `timeout_s`. `stop_when(row)`: once a row makes it true, the run
+    is stopped with SIGTERM (Ctrl-C's stop: it checkpoints and exits)."""
     with tempfile.TemporaryDirectory(prefix="rlpar_timed_") as tmp:
         metrics = Path(tmp) / "run" / "metrics.jsonl"
         command = [str(python), "main.py", *overrides, "progress=false", f"run_dir={metrics.parent}"]
@@ -84,12 +85,17 @@ def run_main_timed(overrides: list[str], *, python: Path | str = sys.executable,
             start = time.time()
             proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
             arrivals: list[float] = []
+            stopping = False
             while True:
                 exited = proc.poll() is not None
                 if metrics.exists():
                     with open(metrics) as f:
-                        count = sum(1 for line in f if line.endswith("\n"))
-                    arrivals += [time.time() - start] * (count - len(arrivals))
+                        lines = [line for line in f if line.endswith("\n")]
+                    new = lines[len(arrivals):]
+                    arrivals += [time.time() - start] * len(new)
+                    if stop_when is not None and not stopping and any(stop_when(json.loads(line)) for line in new):
+                        proc.terminate()  # our own child, by its handle
+                        stopping = True
                 if exited:
                     break
                 if time.time() - start > timeout_s:

@@ -7,13 +7,13 @@ import logging
 import math
 import os
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from tensorboard.compat.proto.summary_pb2 import Summary
 
 from rlpar.errors import RunDirError
+from rlpar.logging.event_file import EventFile
 from rlpar.logging.run_log import record_event
 from rlpar.logging.tags import tag_for
 
@@ -27,17 +27,6 @@ def _jsonable(value):
     if hasattr(value, "item"):
         return _jsonable(value.item())
     return value
-
-
-def _quiet_tensorboard_write_errors(args) -> None:
-    """TensorBoard writes from a thread of its own, which printed a traceback when a write failed
-    (a full disk): the error surfaces at the next write anyway, as one line (RunDirError)."""
-    if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread":
-        return
-    _THREAD_EXCEPTHOOK(args)
-
-
-_THREAD_EXCEPTHOOK = threading.excepthook
 
 
 class MetricsLogger:
@@ -58,13 +47,7 @@ class MetricsLogger:
         self._rows = tempfile.TemporaryFile(dir=self.run_dir)
         self._rows.write(self.jsonl_path.read_bytes())  # a resumed run's rows so far
         self._size = self._rows.tell()
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            threading.excepthook = _quiet_tensorboard_write_errors
-
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"), flush_secs=5)
+        self._tb = EventFile(self.run_dir / "tensorboard", flush_secs=5) if tensorboard else None
         self._wandb = None
         if wandb:
             self._wandb = _start_wandb(self.run_dir, config, **wandb)
@@ -89,8 +72,8 @@ class MetricsLogger:
         if self._tb is not None:
             # One event holding every scalar: a tenth of the cost of one add_scalar per tag.
             summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()])
-            try:  # written by a thread: an earlier failed write surfaces here
-                self._tb._get_file_writer().add_summary(summary, global_step=step)
+            try:  # reaches the file every few seconds: a failed write surfaces here
+                self._tb.add_summary(summary, global_step=step)
             except OSError as err:
                 raise RunDirError(
                     f"cannot write TensorBoard events in {self.run_dir / 'tensorboard'} ({err.strerror or err})"
@@ -149,9 +132,8 @@ class MetricsLogger:
             for k, v in final_metrics.items()
             if k not in NOT_PLOTTED and isinstance(v, (int, float)) and not isinstance(v, bool)
         }
-        writer = self._tb._get_file_writer()
         for summary in hparams_summaries(hp, columns):
-            writer.add_summary(summary)
+            self._tb.add_summary(summary)
 
     def close(self) -> None:
         for close in (self._jsonl.close, self._rows.close, *([self._tb.close] if self._tb is not None else [])):

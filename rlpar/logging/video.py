@@ -62,7 +62,8 @@ def log_to_tensorboard(
 ) -> None:
     """`scalars` and, given a video file, its GIF, in one event of a new file in `log_dir`."""
     from tensorboard.compat.proto.summary_pb2 import Summary
-    from torch.utils.tensorboard import SummaryWriter
+
+    from rlpar.logging.event_file import EventFile
 
     values = [Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars.items()]
     if video is not None:
@@ -71,11 +72,9 @@ def log_to_tensorboard(
             encoded, height, width = gif_bytes(frames, fps)
             image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encoded)
             values.append(Summary.Value(tag=video_tag, image=image))
-    writer = SummaryWriter(log_dir=str(log_dir))
-    try:
-        writer._get_file_writer().add_summary(Summary(value=values), global_step=step)
-    finally:
-        writer.close()
+    events = EventFile(log_dir)
+    events.add_summary(Summary(value=values), global_step=step)
+    events.close()
 
 
 def log_to_wandb(

@@ -410,9 +410,8 @@ finally:
 
 @pytest.mark.slow
 def test_a_full_disk_under_tensorboard_stops_the_run_in_one_line(tmp_path):
-    """TensorBoard's events file on /dev/full: its writer thread fails quietly, and the next
-    iteration stops the run with one line, not a thread's traceback (in a process of its own:
-    pytest catches thread exceptions itself)."""
+    """TensorBoard's events file on /dev/full: the iteration whose events are flushed there stops
+    the run with one line, no traceback (in a process of its own, as a user's run)."""
     proc = subprocess.run([sys.executable, "-c", FULL_TENSORBOARD, str(tmp_path / "tb")], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
