@@ -3,6 +3,7 @@
 batch (PPO, A2C, IMPALA, APPO), rows of minibatches from a real replay (DQN)."""
 
 import multiprocessing
+import os
 import socket
 
 import numpy as np
@@ -90,7 +91,10 @@ def statistics(out: dict) -> dict:
 def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, results):
     """One learner process: join the group, learn from its shard of each update, report its
     weights, the TD errors its last update returned (DQN: every rank's rows) and what that
-    update logs."""
+    update logs. Every rank leaves the group together (a barrier first), and the process ends
+    with os._exit once its report is flushed: rank 0, which hosts the group's store, aborted now
+    and then in the interpreter's own teardown (exit -6, "terminate called without an active
+    exception", CI under load), after everything here had finished."""
     torch.set_num_threads(1)
     collective = join_group(rank=rank, world_size=world_size, address="127.0.0.1", port=port, timeout_s=TIMEOUT_S)
     try:
@@ -100,8 +104,12 @@ def learner_rank(rank, world_size, port, algo, policy_spec, options, shards, res
             out = algorithm.learn(shard)
         # numpy, not tensors: torch would share their memory through this process, which is ending
         results.put((rank, weights(algorithm), out.get("td_errors"), statistics(out)))
+        torch.distributed.barrier()
     finally:
         leave_group()
+    results.close()
+    results.join_thread()  # the report has reached the pipe
+    os._exit(0)
 
 
 def learn_in_group(algo, policy_spec, updates: list[dict], world_size: int, options: dict) -> list[tuple]:
