@@ -8,9 +8,10 @@ def ceil_div(total: int, parts: int) -> int:
     return max(1, -(-int(total) // max(int(parts), 1)))
 
 
-def steps_per_env(total_steps: int, *, _root_) -> int:
-    """Rollout length that keeps about `total_steps` per iteration over all environments."""
-    return ceil_div(total_steps, int(_root_.workers) * int(_root_.envs_per_worker))
+def steps_per_env(total_steps: int, min_steps: int = 1, *, _root_) -> int:
+    """Rollout length that keeps about `total_steps` per iteration over all environments, and
+    at least `min_steps` (many environments then make larger iterations, not shorter rollouts)."""
+    return max(int(min_steps), ceil_div(total_steps, int(_root_.workers) * int(_root_.envs_per_worker)))
 
 
 ENV_NAME_CHARS = 64  # of a run folder's name, which the file system allows 255 bytes in all

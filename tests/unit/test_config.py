@@ -279,9 +279,22 @@ def test_free_form_keys_are_not_checked(make_cfg):
     validate_config(make_cfg("logger=wandb", "+logger.wandb.tags=[a]", "+env.kwargs.sutton_barto_reward=true"))
 
 
-@pytest.mark.parametrize("workers,envs,rollout", [(1, 8, 64), (2, 4, 64), (3, 3, 57), (8, 1, 64), (16, 1, 32), (32, 1, 16)])
-def test_cartpole_preset_keeps_512_steps_per_iteration_for_any_workers(make_cfg, workers, envs, rollout):
-    cfg = make_cfg(f"workers={workers}")
+@pytest.mark.parametrize(
+    "overrides,envs,rollout",
+    [
+        (["workers=1"], 8, 64),
+        (["workers=2"], 4, 64),
+        (["workers=3"], 3, 57),
+        (["workers=8"], 1, 64),
+        (["workers=16"], 1, 32),
+        (["workers=32"], 1, 32),  # 32 steps at least: 1,024 steps an iteration
+        (["workers=1", "envs_per_worker=64"], 64, 32),
+    ],
+)
+def test_cartpole_preset_keeps_512_steps_per_iteration_and_rollouts_of_32_steps_at_least(
+    make_cfg, overrides, envs, rollout
+):
+    cfg = make_cfg(*overrides)
     assert (cfg.envs_per_worker, cfg.algo.rollout_length) == (envs, rollout)
 
 

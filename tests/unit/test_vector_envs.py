@@ -85,16 +85,32 @@ def test_vector_envs_do_not_depend_on_the_split(env_id):
             np.testing.assert_array_equal(ours[field], np.concatenate([s[field] for s in split]))
 
 
-@pytest.mark.parametrize("env_id", VECTOR_ENVS)
-def test_vector_envs_pickle_mid_episode(env_id):
-    """Local runs checkpoint their environments by pickling them (exact resume)."""
+def stepped_and_pickled(env_id):
+    """An env of two stepped 150 steps, its pickled copy, and the next 150 steps' actions."""
     env_cls, draw_actions = VECTOR_ENVS[env_id]
     env = env_cls(2)
     env.reset(seed=[0, 1])
     actions = draw_actions(2, 300)
     for a in actions[:150]:
         env.step(a)
-    copy = pickle.loads(pickle.dumps(env))
-    for a in actions[150:]:
+    return env, pickle.loads(pickle.dumps(env)), actions[150:]
+
+
+def assert_step_alike(env, copy, actions):
+    for a in actions:
         for field, (x, y) in enumerate(zip(env.step(a)[:4], copy.step(a)[:4])):
             np.testing.assert_array_equal(x, y, err_msg=str(field))
+
+
+@pytest.mark.parametrize("env_id", VECTOR_ENVS)
+def test_vector_envs_pickle_mid_episode(env_id):
+    """Local runs checkpoint their environments by pickling them (exact resume)."""
+    assert_step_alike(*stepped_and_pickled(env_id))
+
+
+def test_cartpole_pickled_before_its_cached_limits_resumes_alike():
+    """A checkpoint written before `limits` existed holds no such attribute: the copy computes it."""
+    env, old, actions = stepped_and_pickled("CartPole-v1")
+    del old.__dict__["limits"]  # as an environment pickled by the previous step() left it
+    assert_step_alike(env, old, actions)
+    assert old.limits[0, 0] == env.x_threshold and old.limits[2, 0] == env.theta_threshold_radians
