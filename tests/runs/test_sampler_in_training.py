@@ -15,9 +15,9 @@ SCRIPT = ROOT / "benchmarks" / "sampler_in_training.py"
 
 @pytest.mark.slow
 def test_the_figure_counts_iterations_two_on_against_the_raw_rates_around_the_run():
-    # 64 environments x 8 steps (the CartPole preset's rollout) = 512 steps an iteration: 4 iterations
+    # 64 environments x 32 steps (the CartPole preset's shortest rollout) = 2,048 steps an iteration: 4 iterations
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "total_steps=2048", "--raw-rounds", "2", "--raw-steps", "8", "--in-process"],
+        [sys.executable, str(SCRIPT), "total_steps=8192", "--raw-rounds", "2", "--raw-steps", "8", "--in-process"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -29,7 +29,7 @@ def test_the_figure_counts_iterations_two_on_against_the_raw_rates_around_the_ru
     raw_before, raw_after, rate, steps, sample_s, of_mean, of_faster = (
         float(cell.strip().rstrip("%").replace(",", "")) for cell in rows[0][1:]
     )
-    assert steps == 3 * 512
+    assert steps == 3 * 2048
     assert rate == pytest.approx(steps / sample_s, rel=0.01)  # time_sample_s as printed, 4 digits
     assert of_mean == pytest.approx(100 * rate / ((raw_before + raw_after) / 2), abs=0.1)
     assert of_faster == pytest.approx(100 * rate / max(raw_before, raw_after), abs=0.1)
