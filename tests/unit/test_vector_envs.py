@@ -86,7 +86,7 @@ def test_vector_envs_do_not_depend_on_the_split(env_id):
 
 
 def stepped_and_pickled(env_id):
-    """An env of two stepped 150 steps, its pickled copy, and the next 150 steps' actions."""
+    """A vector env of two environments stepped 150 steps, its pickled copy, and the next 150 steps' actions."""
     env_cls, draw_actions = VECTOR_ENVS[env_id]
     env = env_cls(2)
     env.reset(seed=[0, 1])
