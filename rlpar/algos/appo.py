@@ -2,10 +2,13 @@
 
 One iteration: take the rollouts that have arrived -> V-trace targets and advantages computed
 with a *target network* (a copy of the policy refreshed every `target_update_every` gradient
-steps) -> the batch joins a small circular buffer, where each batch is trained on
-`reuse_per_batch` times (one pass of minibatches per use) before it is dropped -> new weights.
-The surrogate's ratio is the current policy over the one that acted, clipped as in PPO; an
-optional KL penalty keeps the policy near the target network.
+steps) -> the batch joins a small circular buffer, where each batch is trained on in
+`reuse_per_batch` updates before it is dropped: `epochs` passes of minibatches in its own, one
+pass in each later one (older batches first, the new one last) -> new weights. With
+`publish_after_epochs`, the workers get the weights after the new batch's first passes and sample
+the next batch while the learner takes the others. The surrogate's ratio is the current policy
+over the one that acted, clipped as in PPO; an optional KL penalty keeps the policy near the
+target network.
 
 Sampling is blocking unless `parallel.sync_mode=non_blocking` asks for actors that sample on with
 stale weights: V-trace and the clip correct small lags, but with PPO's learning per sample (32
@@ -38,6 +41,8 @@ from rlpar.typed_config import integer, number, override
 
 # What an update's gradient steps take from its inputs, per valid step.
 LEARNING_ARRAYS = ("obs", "actions", "behaviour_logp", "target_logp", "advantages", "returns")
+# The means over an update's gradient steps that its `learn` reports.
+LOSS_MEANS = ("loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "loss_bounds")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,9 +59,23 @@ class APPOConfig(IMPALAConfig):
     minibatch_size: int = integer(64, low=1)  # always minibatches
     normalize_advantages: bool = override(IMPALAConfig, "normalize_advantages", True)
     bounds_loss_coef: float = override(IMPALAConfig, "bounds_loss_coef", 0.0)  # the clip keeps its means near
-    reuse_per_batch: int = integer(2, low=1)  # epochs over each batch
+    reuse_per_batch: int = integer(2, low=1)  # updates each batch is trained in, one pass each after its first
     buffer_batches: int = integer(4, low=1)  # batches kept for reuse
     target_update_every: int = integer(4, low=1)  # updates between target-network copies
+    epochs: int = integer(1, low=1)  # passes over each new batch in the update it arrives in
+    # the new batch's passes after which the workers get the weights and sample the next batch
+    # while the learner takes the rest (None: after them all)
+    publish_after_epochs: int | None = integer(None, low=1, optional=True)
+
+    @classmethod
+    def config_problems(cls, config) -> list[str]:
+        problems = super().config_problems(config)
+        epochs, publish = config.get("algo.epochs"), config.get("algo.publish_after_epochs")
+        if isinstance(epochs, int) and isinstance(publish, int) and publish > epochs:
+            problems.append(
+                f"algo.publish_after_epochs: {publish} is more than algo.epochs ({epochs}), the passes over a new batch"
+            )
+        return problems
 
 
 class APPOLearner(Learner):
@@ -83,9 +102,12 @@ class APPOLearner(Learner):
         self.bounds_loss_coef = config.bounds_loss_coef if not policy_spec.action.discrete else 0.0
         self.minibatch_size, self.normalize_advantages = config.minibatch_size, config.normalize_advantages
         self.reuse_per_batch, self.target_update_every = config.reuse_per_batch, config.target_update_every
+        # the new batch's passes before its weights go to the workers, and after
+        self.first_epochs = config.publish_after_epochs or config.epochs
+        self.later_epochs = config.epochs - self.first_epochs
         self.compiled = compile_setting(
             config.compile,
-            expected_gradient_steps=total_steps * config.reuse_per_batch // config.minibatch_size,
+            expected_gradient_steps=total_steps * (config.epochs + config.reuse_per_batch - 1) // config.minibatch_size,
             precision=config.precision,
             recurrent=self.model.recurrent,
             images=policy_spec.has_images,
@@ -100,31 +122,40 @@ class APPOLearner(Learner):
 
     def learn(self, inputs: dict) -> dict:
         """The batch (the whole one, or with peers this learner's environment columns of it)
-        joins the buffer, then one pass over every batch still in use."""
+        joins the buffer; one pass over each older batch still in use, oldest first, then
+        `publish_after_epochs` passes over the new one. With `inputs["later_epochs"]`: the new
+        batch's other passes, `later_epochs` of them (the rest of an update whose weights went to
+        the workers after its first passes)."""
         self.peers.receive(self.model, self.optimizer, inputs["lr"])
         data = self.learning_tensors(inputs, LEARNING_ARRAYS, sequence_length=self.sequence_length)
-        self.buffer.append([data, self.reuse_per_batch])
+        passes = [(data, self.later_epochs)] if inputs.get("later_epochs") else self.passes(data, self.first_epochs)
         stats: list = []
         samples: list = []
-        for entry in list(self.buffer):  # one pass over every batch still in use, newest included
-            entry_stats, entry_samples = self.train_on(entry[0])
-            stats, samples = stats + entry_stats, samples + entry_samples
-            entry[1] -= 1
-            if entry[1] == 0:
-                self.buffer.remove(entry)
+        for batch, count in passes:
+            for _ in range(count):
+                batch_stats, batch_samples = self.train_on(batch)
+                stats, samples = stats + batch_stats, samples + batch_samples
         self.gradient_step.settle()
-        losses = self.minibatch_means(stats, samples, 6).tolist()
+        losses = self.minibatch_means(stats, samples, len(LOSS_MEANS)).tolist()
         return {
-            "loss_policy": losses[0],
-            "loss_value": losses[1],
-            "loss_entropy": losses[2],
-            "approx_kl": losses[3],
-            "clip_fraction": losses[4],
-            "loss_bounds": losses[5],
+            **dict(zip(LOSS_MEANS, losses, strict=True)),
             "gradient_steps": len(stats),
             "buffered_batches": len(self.buffer),
             **self.step.metrics(),
         }
+
+    def passes(self, data: dict, epochs: int) -> list[tuple[dict, int]]:
+        """What one update takes from the buffer once `data` has joined it: a pass over each
+        older batch still in use (oldest first), then `epochs` over `data`; each batch's uses
+        left count down, and a used-up one leaves."""
+        self.buffer.append([data, self.reuse_per_batch])
+        passes = [(entry[0], 1) for entry in self.buffer]
+        passes[-1] = (data, epochs)
+        for entry in list(self.buffer):
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.buffer.remove(entry)
+        return passes
 
     def train_on(self, data: dict) -> tuple[list[torch.Tensor], list[int]]:
         """One pass of shuffled minibatches (`minibatch_pass`); the target network follows every
@@ -199,6 +230,22 @@ class APPO(IMPALA):
         """Its learner sizes its steps by `minibatch_size`, not by the batch."""
         return {}
 
+    def update(self, batch) -> dict:
+        """The learner's passes over the buffer and the new batch, then the update's end. With
+        `publish_after_epochs` below `epochs` the end comes after the new batch's first passes:
+        the observation statistics take it in, the version advances and the next batch is begun
+        with these weights (`begin_sampling`: its workers step environments meanwhile, where
+        they are processes of their own); the remaining passes follow. The next batch then lags
+        the learner by those passes, which V-trace and the clip correct, and every sampler gives
+        the same numbers."""
+        inputs = self.learning_inputs(batch)
+        stats = self.peers.learn(self.learner, inputs)
+        finished = self.finish_update(batch, inputs["returns"])
+        if self.learner.later_epochs:
+            self.begin_sampling()
+            stats = _combined(stats, self.peers.learn(self.learner, {**inputs, "later_epochs": True}))
+        return {**stats, "lr": inputs["lr"], **finished, **self.offpolicy}
+
     def learning_inputs(self, batch) -> dict:
         """V-trace targets and advantages of the whole batch from the target network, time-major
         [T, E], with the learning rate: per environment column, done once (by the learner that
@@ -216,6 +263,18 @@ class APPO(IMPALA):
             "states": batch.states,
             "lr": lr,
         }
+
+
+def _combined(first: dict, later: dict) -> dict:
+    """One update's diagnostics from those of its two parts: the losses' means weighted by the
+    gradient steps of each, the steps summed, the rest as the later part left them."""
+    steps = first["gradient_steps"] + later["gradient_steps"]
+    if not first["gradient_steps"] or not later["gradient_steps"]:  # (a part without steps has NaN means)
+        means = {k: (first if first["gradient_steps"] else later)[k] for k in LOSS_MEANS}
+    else:
+        weight = first["gradient_steps"] / steps
+        means = {k: weight * first[k] + (1 - weight) * later[k] for k in LOSS_MEANS}
+    return {**later, **means, "gradient_steps": steps}
 
 
 def _kl_with_grad(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:

@@ -108,6 +108,11 @@ def minibatch_problems(config) -> list[str]:
     ]
 
 
+def as_tensors(weights: dict) -> dict:
+    """`get_weights`' numpy arrays as tensors (checkpoints are read with weights_only)."""
+    return {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
+
+
 def learning_rewards(batch: Batch, normalizer: RewardNormalizer, *, clip: float | None, scale: float) -> np.ndarray:
     """`batch`'s rewards as losses see them: clipped to [-clip, clip], divided by the running
     return's standard deviation (`normalizer`, advanced), times `scale`."""
@@ -245,6 +250,10 @@ class Algorithm(ABC):
         # a turn-based game's opponent pool (env.opponent=pool, rlpar.selfplay.pool), set by the
         # build: it rides to the workers with the weights, and takes in the games that come back
         self.opponent_pool: OpponentPool | None = None
+        # the weights of the next batch, kept by `begin_sampling` until `sample` takes them (the
+        # model's, which checkpoints keep, and with the opponent pool, what the sampler was given)
+        self.begun_weights: dict | None = None
+        self.begun_round: dict | None = None
 
     def __getattr__(self, name: str):
         """What the algorithm's learner holds (its optimiser, gradient steps, `learn`), read
@@ -266,14 +275,31 @@ class Algorithm(ABC):
         get_weights sends them may be a handle to where the weights live instead)."""
         return self.get_weights()
 
+    def sampling_weights(self, model_weights: dict | None = None) -> dict:
+        """What the workers act with: the model's weights (`get_weights`, or `model_weights`), and
+        the opponent pool where one rides along."""
+        weights = self.get_weights() if model_weights is None else model_weights
+        if self.opponent_pool is not None:
+            weights = self.opponent_pool.riding_with(weights, self.version, self.policy_weights)
+        return weights
+
+    def begin_sampling(self) -> None:
+        """The next batch is acted with the weights as they are now, whatever the update still
+        does to them: the sampler may start its workers at once (Sampler.begin), so that they
+        step environments while the learner finishes. The next `sample` takes that batch, on
+        every sampler the same."""
+        self.begun_weights = self.get_weights()
+        self.begun_round = self.sampling_weights(self.begun_weights)
+        self.sampler.begin(self.begun_round, self.sampler_version())
+
     def sample(self, *, min_rollouts: int = 1) -> tuple[Batch, dict]:
         """A batch acted with the current weights (blocking samplers) or recent ones (non-blocking:
         rounds are taken until `min_rollouts` worker rollouts have arrived), refused if the
-        environments returned NaN or infinities, and its timings."""
+        environments returned NaN or infinities, and its timings. After `begin_sampling`: acted
+        with the weights it kept."""
         start = time.perf_counter()
-        weights = self.get_weights()
-        if self.opponent_pool is not None:
-            weights = self.opponent_pool.riding_with(weights, self.version, self.policy_weights)
+        weights = self.begun_round or self.sampling_weights(self.begun_weights)  # (resumed: the kept weights)
+        self.begun_weights = self.begun_round = None
         fetched = time.perf_counter()
         batches: list[Batch] = []
         metrics: dict = {}
@@ -377,6 +403,9 @@ class Algorithm(ABC):
             "steps_seen": self.steps_seen,
             "reward_normalizer": self.reward_normalizer.state_dict(),
             **self.peers.state_dict(),  # what the learners keep (a group: the other learners' random states)
+            # the next batch's weights, where the update handed them out before its end: a resumed
+            # run acts with them, as the run that stopped would have
+            **({} if self.begun_weights is None else {"begun_weights": as_tensors(self.begun_weights)}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -390,6 +419,9 @@ class Algorithm(ABC):
         if "reward_normalizer" in state:  # absent from checkpoints written before it existed
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         self.peers.load_state_dict(state)
+        begun = state.get("begun_weights")
+        self.begun_weights = None if begun is None else {k: v.numpy().copy() for k, v in begun.items()}
+        self.begun_round = None
 
     def close(self) -> None:
         self.peers.close()  # before the sampler, which may end the Ray instance its peers run on

@@ -110,6 +110,13 @@ class Sampler(ABC):
     @abstractmethod
     def sample(self, weights: dict, version: int) -> Batch: ...
 
+    def begin(self, weights: dict, version: int) -> None:
+        """The next round's weights, known before the caller asks for its batch: the next
+        `sample(weights, version)` returns that round. A sampler whose workers run elsewhere may
+        start them now, so that they step environments while the learner finishes its update;
+        the batch is the same either way. Here (environments in this process, or rollouts
+        written into memory the last batch still reads) the round starts at `sample`."""
+
     def metrics(self) -> dict:
         """Timings and health of the last `sample` call, merged into the iteration's metrics."""
         return {}

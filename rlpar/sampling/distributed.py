@@ -156,9 +156,15 @@ class DistributedSampler(WorkerPoolSampler):
         # Not waited for here: runners boot while the learner and logger are being built.
         self.start_workers()
 
+    def begin(self, weights: dict, version: int) -> None:
+        self.connection.check()
+        super().begin(weights, version)
+
     def sample(self, weights: dict, version: int) -> Batch:
         self.connection.check()  # first: once the raylet is gone, even putting the weights blocks
-        if self.rebalance_interval_s and time.monotonic() >= self._next_rebalance:
+        # (not while a begun blocking round is out: moving a runner would drop its rollout)
+        begun = self.sync_mode == "blocking" and self.in_flight
+        if self.rebalance_interval_s and not begun and time.monotonic() >= self._next_rebalance:
             self._next_rebalance = time.monotonic() + self.rebalance_interval_s
             self._rebalance()
         return super().sample(weights, version)

@@ -213,6 +213,10 @@ class MultiprocessSampler(WorkerPoolSampler):
         """The worker's next rollout overwrites its columns of shared memory: keep a copy."""
         return batch.copy()
 
+    def begin(self, weights: dict, version: int) -> None:
+        """Nothing yet: a blocking round's batch is the shared arrays themselves, which the
+        learner still reads until it asks for the next one (Sampler.begin)."""
+
     def worker_pids(self) -> list[int | None]:
         return [proc.pid if proc is not None else None for proc in self.processes]
 

@@ -126,6 +126,7 @@ class WorkerPoolSampler(Sampler):
         self.dropped_batches = 0
         self.last_failure = ""
         self._metrics: dict = {}
+        self._begun_sync_s = 0.0  # weight sync of a round begun before its `sample`
         self.central_inference = inference == "central"
         self.inference_options: dict[str, Any] = {
             "wait_ms": inference_wait_ms,
@@ -312,9 +313,24 @@ class WorkerPoolSampler(Sampler):
         return batches
 
     # -- rounds -----------------------------------------------------------------------------
-    def sample(self, weights: dict, version: int) -> Batch:
+    def begin(self, weights: dict, version: int) -> None:
+        """Blocking rounds: every live worker starts sampling with `weights` now, and the next
+        `sample(weights, version)` collects what they return (non-blocking rounds: nothing, the
+        workers already sample on)."""
+        if self.sync_mode != "blocking" or self.in_flight:
+            return
         start = time.perf_counter()
         self._sync_s = 0.0
+        self._admit_started()
+        if self.central_inference:
+            self._set_inference_weights(weights, version)
+        for worker in sorted(self.live):
+            self._submit(worker, weights, version)
+        self._begun_sync_s = time.perf_counter() - start
+
+    def sample(self, weights: dict, version: int) -> Batch:
+        start = time.perf_counter()
+        self._sync_s, self._begun_sync_s = self._begun_sync_s, 0.0  # a begun round's sync counts here
         self._transfer_s = 0.0
         batch = None
         while batch is None:  # a round whose every worker failed is repeated with the replacements
@@ -342,7 +358,8 @@ class WorkerPoolSampler(Sampler):
         return batch
 
     def _blocking_round(self, weights: dict, version: int) -> Batch | None:
-        for worker in sorted(self.live):
+        assert all(self.sent_version[w] == version for w in self.in_flight), "a begun round of other weights"
+        for worker in sorted(self.live - set(self.in_flight)):  # (in flight: begun)
             self._submit(worker, weights, version)
         results: dict[int, Batch] = {}
         while self.in_flight:

@@ -94,6 +94,10 @@ def metrics_rows(run_dir):
     (("env=cartpole", "seed=3", "model.recurrent=lstm", "model.recurrent_size=16"), 8),
     # IPPO on mpe2's simple_spread: 3 agents' rows per environment, central inference batching them all.
     (("env=pettingzoo", "env.id=mpe2.simple_spread_v3", "algo=ippo", "algo.rollout_length=25", "seed=3"), 4),
+    # APPO whose workers get the weights after the first of two epochs (algo.publish_after_epochs):
+    # the next batch is acted with those, wherever it is sampled.
+    (("algo=appo", "env=cartpole", "seed=3", "algo.minibatch_size=64", "algo.epochs=2", "algo.reuse_per_batch=1",
+      "algo.publish_after_epochs=1"), 8),
     # SAC: the learner's replay, uniform random actions, then squashed-Gaussian draws from per-environment noise.
     (("algo=sac", "env=pendulum", "env.max_episode_steps=50", "seed=3", "algo.rollout_length=8", "algo.learning_starts=128", "algo.batch_size=32",
       "model.hidden_sizes=[32,32]"), 12),
@@ -125,6 +129,35 @@ def test_blocking_metrics_identical_on_every_sampler(cluster, make_cfg, tmp_path
     assert len(rows["local"]) == iterations and rows["local"][-1]["episodes"] > 5
     for name in layouts:
         assert rows[name] == rows["local"], name
+
+
+def test_appo_runners_sample_the_next_batch_during_the_later_epochs(cluster, make_cfg, tmp_path):
+    """algo.publish_after_epochs: when an update ends, the runners already hold the next round's
+    request, made with the weights after the first epoch (which differ from the update's last),
+    and the next iteration's batch is that round's; a multiprocess pool, whose batch is its shared
+    memory, starts the round only when asked for it."""
+    from rlpar.runtime.build import build_trainer
+
+    common = ("algo=appo", "env=cartpole", "workers=2", "envs_per_worker=4", "algo.minibatch_size=64",
+              "algo.epochs=3", "algo.reuse_per_batch=1", "algo.publish_after_epochs=1", "checkpoint.every=0")
+    trainer = build_trainer(make_cfg(*common, "parallel=distributed", run_dir=tmp_path / "d"))
+    try:
+        for _ in range(3):
+            row = trainer.train()
+            sampler, algorithm = trainer.sampler, trainer.algorithm
+            assert sorted(sampler.in_flight) == [0, 1]  # both runners sample while nothing waits for them
+            assert sampler.sent_version == [row["policy_version"]] * 2
+            begun, now = algorithm.begun_weights, algorithm.get_weights()
+            assert max(float(np.abs(begun[k] - now[k]).max()) for k in now) > 0  # two more epochs since
+            assert row["gradient_steps"] % 3 == 0 and row["gradient_steps"] >= 3 * 7  # 3 epochs of 64-step minibatches
+    finally:
+        trainer.close()
+    trainer = build_trainer(make_cfg(*common, "parallel=multiprocess", run_dir=tmp_path / "m"))
+    try:
+        trainer.train()
+        assert not trainer.sampler.in_flight and trainer.algorithm.begun_weights is not None
+    finally:
+        trainer.close()
 
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])

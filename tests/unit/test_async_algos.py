@@ -56,6 +56,37 @@ def test_impala_and_appo_sample_in_blocking_rounds_by_default(make_cfg, tmp_path
         trainer.close()
 
 
+def test_appo_passes_take_each_older_batch_once_then_the_new_one_for_its_epochs(make_cfg, tmp_path):
+    """APPOLearner.passes: the buffer's older batches still in use, oldest first, one pass each,
+    then `epochs` passes over the new batch; a batch leaves after reuse_per_batch updates."""
+    trainer = build_trainer(make_cfg("algo=appo", "algo.reuse_per_batch=2", "algo.buffer_batches=4", run_dir=tmp_path / "a"))
+    try:
+        learner = trainer.algorithm.learner
+        batches = [{"name": n} for n in "abc"]
+        plans = [[(data["name"], count) for data, count in learner.passes(data, 3)] for data in batches]
+        assert plans == [[("a", 3)], [("a", 1), ("b", 3)], [("b", 1), ("c", 3)]]
+        assert [entry[0]["name"] for entry in learner.buffer] == ["c"]
+    finally:
+        trainer.close()
+
+
+def test_appo_publishing_after_more_epochs_than_it_takes_is_refused(make_cfg):
+    from rlpar.config.validate import ConfigError, validate_config
+
+    with pytest.raises(ConfigError, match=r"algo.publish_after_epochs: 3 is more than algo.epochs \(2\)"):
+        validate_config(make_cfg("algo=appo", "algo.epochs=2", "algo.publish_after_epochs=3"), check_env=False)
+    validate_config(make_cfg("algo=appo", "algo.epochs=2", "algo.publish_after_epochs=2"), check_env=False)
+
+
+def test_appo_lunarlander_preset_overlaps_two_of_three_epochs_with_sampling(make_cfg):
+    """RL-Zoo's gamma for the task, three epochs over each batch and none later, the workers
+    handed the weights after the first."""
+    cfg = make_cfg("algo=appo", "env.id=LunarLander-v3")
+    assert (cfg.algo.gamma, cfg.algo.epochs, cfg.algo.reuse_per_batch, cfg.algo.publish_after_epochs) == (0.999, 3, 1, 1)
+    baseline = make_cfg("algo=appo", "env.id=LunarLander-v3", "preset=null")
+    assert (baseline.algo.gamma, baseline.algo.epochs, baseline.algo.publish_after_epochs) == (0.99, 1, None)
+
+
 def test_ppo_stays_blocking_and_on_policy_by_default(make_cfg, tmp_path):
     trainer = build_trainer(make_cfg("parallel=multiprocess", "workers=2", "total_steps=100000", run_dir=tmp_path / "p"))
     try:
@@ -66,8 +97,11 @@ def test_ppo_stays_blocking_and_on_policy_by_default(make_cfg, tmp_path):
 
 
 @pytest.mark.slow
-def test_appo_resumes_exactly_with_its_target_network_and_buffer(make_cfg, tmp_path):
-    overrides = ("algo=appo", "total_steps=100000", "checkpoint.every=0")
+@pytest.mark.parametrize("schedule", [(), ("algo.epochs=2", "algo.publish_after_epochs=1")])
+def test_appo_resumes_exactly_with_its_target_network_and_buffer(make_cfg, tmp_path, schedule):
+    """Also when each update handed the workers its weights after the first epoch: a resumed run
+    acts its next batch with those (kept in the checkpoint), as the run that went on did."""
+    overrides = ("algo=appo", "total_steps=100000", "checkpoint.every=0", *schedule)
     straight = build_trainer(make_cfg(*overrides, run_dir=tmp_path / "straight"))
     rows = [straight.train() for _ in range(6)]
     straight.close()
@@ -75,6 +109,7 @@ def test_appo_resumes_exactly_with_its_target_network_and_buffer(make_cfg, tmp_p
     for _ in range(3):
         first.train()
     assert first.algorithm.buffer, "the buffer should hold batches still to be reused"
+    assert (first.algorithm.begun_weights is not None) == bool(schedule)
     path = first.save()
     first.close()
     resumed = build_trainer(make_cfg(*overrides, run_dir=tmp_path / "resumed"))

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow  # starts processes
 
 WHOLE_BATCH = 10_000  # minibatch_size above the batch: each pass is one gradient step on all of it
 TIMEOUT_S = 60
-ALGORITHMS = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "dqn": DQN}
+ALGORITHMS = {"ppo": PPO, "a2c": A2C, "impala": IMPALA, "appo": APPO, "appo_overlap": APPO, "dqn": DQN}
 REPLAY = ReplaySettings(capacity=1000, prioritized=True)  # importance weights that differ by row
 
 
@@ -158,6 +158,9 @@ CASES = {  # options, updates: every case's gradient steps are on whole batches 
     "a2c": ({"normalize_advantages": True}, 2),
     "impala": ({"minibatch_size": WHOLE_BATCH, "normalize_advantages": False}, 2),  # a pass of one minibatch
     "appo": ({"minibatch_size": WHOLE_BATCH, "target_update_every": 3}, 3),  # the buffer's reuse, a target refresh
+    # each update in two calls, as APPO.update makes them: the first epoch, then (weights out) two more
+    "appo_overlap": ({"minibatch_size": WHOLE_BATCH, "target_update_every": 2, "epochs": 3, "reuse_per_batch": 1,
+                      "publish_after_epochs": 1}, 2),
     "dqn": ({"batch_size": 33, "target_update_every": 3}, 2),  # 4 steps, a target refresh, rows 17 + 16
 }
 
@@ -172,6 +175,8 @@ def test_two_learners_on_half_batches_equal_one_on_the_whole_batch(algo, rollout
         policy_spec, updates = replay_updates(q_rollout, options, count)
     else:
         policy_spec, updates = on_policy_updates(algo, rollout, options, count)
+    if options.get("publish_after_epochs"):
+        updates = [part for inputs in updates for part in (inputs, {**inputs, "later_epochs": True})]
     start, expected, expected_td, expected_logged = learn_alone(algo, policy_spec, updates, options)
     group = learn_in_group(algo, policy_spec, updates, 2, options)
     assert_logged_as_alone(group, expected_logged)
