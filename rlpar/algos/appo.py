@@ -103,7 +103,7 @@ class APPOLearner(Learner):
         self.minibatch_size, self.normalize_advantages = config.minibatch_size, config.normalize_advantages
         self.reuse_per_batch, self.target_update_every = config.reuse_per_batch, config.target_update_every
         # the new batch's passes before its weights go to the workers, and after
-        self.first_epochs = config.publish_after_epochs or config.epochs
+        self.first_epochs = config.epochs if config.publish_after_epochs is None else config.publish_after_epochs
         self.later_epochs = config.epochs - self.first_epochs
         self.compiled = compile_setting(
             config.compile,
