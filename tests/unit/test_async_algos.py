@@ -78,12 +78,13 @@ def test_appo_publishing_after_more_epochs_than_it_takes_is_refused(make_cfg):
     validate_config(make_cfg("algo=appo", "algo.epochs=2", "algo.publish_after_epochs=2"), check_env=False)
 
 
-def test_appo_lunarlander_preset_overlaps_two_of_three_epochs_with_sampling(make_cfg):
+@pytest.mark.parametrize("env_id", ["LunarLander-v3", "LunarLanderContinuous-v3"])
+def test_appo_lunarlander_preset_overlaps_two_of_three_epochs_with_sampling(make_cfg, env_id):
     """RL-Zoo's gamma for the task, three epochs over each batch and none later, the workers
-    handed the weights after the first."""
-    cfg = make_cfg("algo=appo", "env.id=LunarLander-v3")
+    handed the weights after the first; the continuous task alike."""
+    cfg = make_cfg("algo=appo", f"env.id={env_id}")
     assert (cfg.algo.gamma, cfg.algo.epochs, cfg.algo.reuse_per_batch, cfg.algo.publish_after_epochs) == (0.999, 3, 1, 1)
-    baseline = make_cfg("algo=appo", "env.id=LunarLander-v3", "preset=null")
+    baseline = make_cfg("algo=appo", f"env.id={env_id}", "preset=null")
     assert (baseline.algo.gamma, baseline.algo.epochs, baseline.algo.publish_after_epochs) == (0.99, 1, None)
 
 
